@@ -1,0 +1,293 @@
+"""The policy interface: events in, decisions out (DESIGN.md, decision 1).
+
+Policies here are pure and deterministic. They never sleep, do I/O, read the wall clock or talk to Ray:
+time arrives as the ``now`` argument (emulated seconds), randomness comes from the ``seed`` they are given.
+The same objects drive the real-process emulator (``testbed.coordinator`` / ``testbed.agent``) and the
+discrete-event simulator (``testbed.sim``).
+
+Two roles:
+
+* a :class:`GlobalPolicy`, one per cluster, owned by the coordinator: admission, allocation of nodes to
+  jobs, and (for time-sharing policies) the slot plan that says which jobs each node may run from when;
+* a :class:`LocalPolicy`, one per node, owned by the node agent: which of the node's processes may run
+  right now, and at which priority, given what happens on the node (process added/exited, a slot starts,
+  a message arrives, a receiver waits or blocks, a collective is entered or left, a utilisation sample).
+
+A :class:`Scheduler` bundles the two under one registered name.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+class PolicyConfigError(ValueError):
+    """A policy parameter is invalid; the message names the parameter and the fix."""
+
+
+# --------------------------------------------------------------------------------------------------------
+# What the policies see
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A job as the policies see it. Times are emulated seconds."""
+
+    job_id: str
+    size: int  # number of processes; one per node on uniprocessor nodes
+    submit_time: float
+    estimate: float | None = None  # runtime estimate (emulated s), for backfilling; None = unknown
+    memory_mb: float = 0.0
+    exclusive: bool = False  # never share a quantum with another job (paired gang)
+    job_class: str = "compute"
+
+
+@dataclass(frozen=True, order=True)
+class Proc:
+    """One process of a job: rank ``rank`` of ``job_id``."""
+
+    job_id: str
+    rank: int
+
+    def __str__(self) -> str:
+        return f"{self.job_id}:{self.rank}"
+
+
+# --------------------------------------------------------------------------------------------------------
+# Global decisions
+
+
+@dataclass(frozen=True)
+class Reject:
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Start:
+    """Start the job's processes now; rank i runs on ``nodes[i]``."""
+
+    job_id: str
+    nodes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """From emulated time ``at`` on, node n may run only the jobs in ``allowed[n]``.
+
+    Sent ahead of ``at`` so every node switches on its own timer (DESIGN.md, decision 5). Nodes absent
+    from ``allowed`` keep what they had. ``slot`` identifies the matrix row (for skew statistics).
+    """
+
+    at: float
+    slot: int
+    allowed: Mapping[int, frozenset[str]]
+
+
+GlobalAction = Reject | Start | Dispatch
+
+
+class GlobalPolicy(ABC):
+    """Admission and allocation across the cluster.
+
+    The owner calls :meth:`submit` when a job arrives, :meth:`finished` when one ends (any final state),
+    and :meth:`tick` at (or just after) the time last returned by :meth:`next_tick`. Each returns the
+    actions to carry out, in order.
+    """
+
+    def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
+        self.nodes = nodes
+        self.params = dict(params)
+        self.seed = seed
+
+    @abstractmethod
+    def submit(self, now: float, job: JobSpec) -> list[GlobalAction]: ...
+
+    @abstractmethod
+    def finished(self, now: float, job_id: str) -> list[GlobalAction]: ...
+
+    def tick(self, now: float) -> list[GlobalAction]:
+        return []
+
+    def next_tick(self) -> float | None:
+        """Emulated time at which :meth:`tick` must be called next, or None."""
+        return None
+
+    def lead_time(self) -> float:
+        """How far ahead of a Dispatch's ``at`` the owner calls :meth:`tick` to obtain it (emulated s)."""
+        return 0.0
+
+    def pending(self) -> int:
+        """Jobs admitted but not started (queued)."""
+        return 0
+
+
+# --------------------------------------------------------------------------------------------------------
+# Local events and decisions
+
+
+@dataclass(frozen=True)
+class ProcAdded:
+    proc: Proc
+
+
+@dataclass(frozen=True)
+class ProcExited:
+    proc: Proc
+
+
+@dataclass(frozen=True)
+class SlotStart:
+    """A Dispatch took effect on this node: only these jobs may run now."""
+
+    slot: int
+    allowed: frozenset[str]
+
+
+@dataclass(frozen=True)
+class MessageArrived:
+    proc: Proc  # the receiver
+    src_rank: int
+    unconsumed: int  # messages waiting for this receiver after this arrival
+
+
+@dataclass(frozen=True)
+class ReceiverWaiting:
+    proc: Proc
+    mode: str  # spin | block | spin-block
+
+
+@dataclass(frozen=True)
+class ReceiverBlocked:
+    proc: Proc
+
+
+@dataclass(frozen=True)
+class MessageConsumed:
+    proc: Proc
+    unconsumed: int
+
+
+@dataclass(frozen=True)
+class CollectiveEnter:
+    proc: Proc
+    op: str
+
+
+@dataclass(frozen=True)
+class CollectiveLeave:
+    proc: Proc
+    op: str
+
+
+@dataclass(frozen=True)
+class UtilizationSample:
+    """CPU used by ``proc`` over the last ``interval`` emulated seconds, as a fraction of the node."""
+
+    proc: Proc
+    utilization: float
+    interval: float
+
+
+@dataclass(frozen=True)
+class Timer:
+    tag: str = ""
+
+
+LocalEvent = (
+    ProcAdded
+    | ProcExited
+    | SlotStart
+    | MessageArrived
+    | ReceiverWaiting
+    | ReceiverBlocked
+    | MessageConsumed
+    | CollectiveEnter
+    | CollectiveLeave
+    | UtilizationSample
+    | Timer
+)
+
+
+@dataclass(frozen=True)
+class LocalDecision:
+    """What the node should look like after an event.
+
+    ``run``: the processes allowed to run (the rest are stopped); None leaves it unchanged.
+    ``nice``: priority changes (nice values, -20..19; lower runs first), applied on top of ``run``.
+    ``wakeup``: emulated time at which to deliver a :class:`Timer` event, or None.
+    """
+
+    run: frozenset[Proc] | None = None
+    nice: Mapping[Proc, int] = field(default_factory=dict)
+    wakeup: float | None = None
+
+
+class LocalPolicy(ABC):
+    """Which of one node's processes may run, and how urgently."""
+
+    #: True when the policy needs every message arrival, wait and consumption (coscheduling); the NIC
+    #: then reports them. False lets the NIC skip that work.
+    wants_message_events: ClassVar[bool] = False
+
+    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+        self.node = node
+        self.params = dict(params)
+        self.seed = seed
+
+    @abstractmethod
+    def on_event(self, now: float, event: LocalEvent) -> LocalDecision: ...
+
+
+class RunAll(LocalPolicy):
+    """Every process of the node may run; the OS scheduler shares the CPU (native local scheduling)."""
+
+    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+        super().__init__(node, params, seed)
+        self.procs: set[Proc] = set()
+
+    def on_event(self, now: float, event: LocalEvent) -> LocalDecision:
+        if isinstance(event, ProcAdded):
+            self.procs.add(event.proc)
+        elif isinstance(event, ProcExited):
+            self.procs.discard(event.proc)
+        return LocalDecision(run=frozenset(self.procs))
+
+
+# --------------------------------------------------------------------------------------------------------
+# The registered unit
+
+
+class Scheduler:
+    """A named pair of policies. Subclasses set the class attributes; the registry finds them."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]  # one line for `testbed schedulers`
+    global_policy: ClassVar[type[GlobalPolicy]]
+    local_policy: ClassVar[type[LocalPolicy]] = RunAll
+    #: parameter name -> default; unknown parameters in a scenario are an error naming these
+    defaults: ClassVar[Mapping[str, Any]] = {}
+
+    @classmethod
+    def check_params(cls, params: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(params) - set(cls.defaults))
+        if unknown:
+            known = ", ".join(sorted(cls.defaults)) or "(none)"
+            raise PolicyConfigError(
+                f"scheduler.params: unknown parameter(s) {', '.join(unknown)} for scheduler "
+                f"'{cls.name}'; known parameters: {known}"
+            )
+        merged = dict(cls.defaults)
+        merged.update(params)
+        return merged
+
+    @classmethod
+    def make_global(cls, nodes: int, params: Mapping[str, Any], seed: int) -> GlobalPolicy:
+        return cls.global_policy(nodes, cls.check_params(params), seed)
+
+    @classmethod
+    def make_local(cls, node: int, params: Mapping[str, Any], seed: int) -> LocalPolicy:
+        return cls.local_policy(node, cls.check_params(params), seed)

@@ -1,0 +1,52 @@
+"""Name -> Scheduler. Built-ins are listed here; third parties register through the
+``testbed.schedulers`` entry-point group (``name = "package.module:SchedulerClass"``)."""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+from .base import Scheduler
+
+_BUILTIN = {
+    "batch": "testbed.schedulers.batch:Batch",
+    "local": "testbed.schedulers.local:Local",
+    "gang": "testbed.schedulers.gang:Gang",
+}
+
+
+class UnknownScheduler(KeyError):
+    def __str__(self) -> str:  # KeyError quotes its argument; say it plainly
+        return str(self.args[0])
+
+
+def _load(target: str) -> type[Scheduler]:
+    module, _, attr = target.partition(":")
+    cls = getattr(importlib.import_module(module), attr)
+    if not (isinstance(cls, type) and issubclass(cls, Scheduler)):
+        raise TypeError(f"{target} is not a testbed Scheduler subclass")
+    return cls
+
+
+def _targets() -> dict[str, str]:
+    targets = dict(_BUILTIN)
+    for ep in entry_points(group="testbed.schedulers"):
+        targets.setdefault(ep.name, ep.value)
+    return targets
+
+
+def names() -> list[str]:
+    return sorted(_targets())
+
+
+def get(name: str) -> type[Scheduler]:
+    targets = _targets()
+    if name not in targets:
+        raise UnknownScheduler(
+            f"scheduler.name: unknown scheduler '{name}'; known schedulers: {', '.join(sorted(targets))}"
+        )
+    return _load(targets[name])
+
+
+def all_schedulers() -> list[type[Scheduler]]:
+    return [get(n) for n in names()]

@@ -1,0 +1,55 @@
+"""One clock: emulated time, time-dilated from the host's CLOCK_MONOTONIC (DESIGN.md, decision 3).
+
+real seconds = emulated seconds x TDF. Every process on one host reads the same CLOCK_MONOTONIC, so a
+clock built from the same ``t0`` agrees across the driver, the actors and the workers.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+
+def host_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def auto_tdf(emulated_cpus: float, cores: int | None = None) -> float:
+    """Emulated CPUs / host cores, at least 1: each node then gets a real quota equal to its rate / TDF."""
+    cores = cores or host_cores()
+    return max(1.0, emulated_cpus / cores)
+
+
+@dataclass(frozen=True)
+class Clock:
+    tdf: float
+    t0: float  # CLOCK_MONOTONIC reading (real seconds) of emulated time 0
+
+    @classmethod
+    def starting_now(cls, tdf: float, delay_real: float = 0.0) -> Clock:
+        return cls(tdf=tdf, t0=time.monotonic() + delay_real)
+
+    def now(self) -> float:
+        return (time.monotonic() - self.t0) / self.tdf
+
+    def real_at(self, t_emu: float) -> float:
+        """CLOCK_MONOTONIC reading at emulated time ``t_emu``."""
+        return self.t0 + t_emu * self.tdf
+
+    def emu_at(self, t_real: float) -> float:
+        return (t_real - self.t0) / self.tdf
+
+    def real(self, d_emu: float) -> float:
+        """Real duration of an emulated duration."""
+        return d_emu * self.tdf
+
+    def to_env(self) -> dict[str, str]:
+        return {"TB_TDF": repr(self.tdf), "TB_T0": repr(self.t0)}
+
+    @classmethod
+    def from_env(cls, env=os.environ) -> Clock:
+        return cls(tdf=float(env.get("TB_TDF", "1")), t0=float(env.get("TB_T0", repr(time.monotonic()))))
