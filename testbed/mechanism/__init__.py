@@ -1,0 +1,29 @@
+"""Mechanism layer of a node agent: envelopes, worker processes, priority, accounting (DESIGN.md 2, 3)."""
+
+from testbed.mechanism.envelope import (
+    CgroupV1Envelope,
+    CgroupV2Envelope,
+    Envelope,
+    EnvelopeUnavailable,
+    NoEnvelope,
+    make_envelope,
+    probe_envelopes,
+)
+from testbed.mechanism.priority import raise_thread_priority
+from testbed.mechanism.process import SpawnError, Worker, cont_all, spawn, stop_all
+
+__all__ = [
+    "CgroupV1Envelope",
+    "CgroupV2Envelope",
+    "Envelope",
+    "EnvelopeUnavailable",
+    "NoEnvelope",
+    "SpawnError",
+    "Worker",
+    "cont_all",
+    "make_envelope",
+    "probe_envelopes",
+    "raise_thread_priority",
+    "spawn",
+    "stop_all",
+]

@@ -1,0 +1,269 @@
+"""The janitor: whatever happens to the driver, a run leaves no process and no cgroup behind.
+
+The driver starts it detached at the start of a run (:func:`start_janitor`)::
+
+    python -m testbed.janitor --run-id ID --watch PID [--watch PID ...]
+
+It waits (pidfds, polled every 0.2 s) until every watched pid has died, or for SIGTERM/SIGINT, then
+cleans up run ID and exits. Cleaning (:func:`cleanup_run`, also called synchronously by the driver at a
+normal end) means:
+
+* every process whose environment has ``TESTBED_RUN_ID=ID`` (``process.spawn`` puts it there and children
+  inherit it), and every process inside a cgroup under ``testbed/ID`` in any hierarchy, gets SIGKILL, its
+  freezer cgroup is thawed (a frozen task does not act on SIGKILL until thawed), then SIGCONT;
+* every cgroup under ``testbed/ID`` in every hierarchy is removed, children first, and ``testbed/`` too if
+  no other run uses it.
+
+Only marked or enveloped processes are touched: the janitor never kills the watched processes themselves
+or anything else they started. It strips ``TESTBED_RUN_ID`` from its own environment and never signals
+itself. :func:`cleanup_all` does the same for every run found (the ``testbed cleanup`` command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from testbed.mechanism.envelope import TOP, cgroup_mounts, rmdir_up
+
+RUN_ID_ENV = "TESTBED_RUN_ID"
+_NEEDLE = RUN_ID_ENV.encode() + b"="
+POLL_S = 0.2
+KILL_TIMEOUT_S = 5.0
+
+
+def marked_processes(run_id: str | None = None) -> dict[int, str]:
+    """pid -> run id of every live process whose environ has TESTBED_RUN_ID (= run_id, if given)."""
+    me = os.getpid()
+    out: dict[int, str] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue  # gone, a zombie, or a kernel thread
+        if _NEEDLE not in data:
+            continue
+        for entry in data.split(b"\0"):
+            if entry.startswith(_NEEDLE):
+                rid = entry[len(_NEEDLE) :].decode(errors="replace")
+                if run_id is None or rid == run_id:
+                    out[int(name)] = rid
+                break
+    return out
+
+
+def _run_dirs(run_id: str) -> list[tuple[str, str]]:
+    """(mount point, testbed/<run_id> dir) in every cgroup hierarchy where it exists."""
+    return [
+        (mnt, os.path.join(mnt, TOP, run_id))
+        for mnt, _, _, _ in cgroup_mounts()
+        if os.path.isdir(os.path.join(mnt, TOP, run_id))
+    ]
+
+
+def _subtree(path: str) -> list[str]:
+    """path and every cgroup below it, children before parents."""
+    return [d for d, _, _ in os.walk(path, topdown=False)]
+
+
+def _try_write(path: str, value: str, errors: list[str]) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(value)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        errors.append(f"write {value!r} to {path}: {e}")
+
+
+def _cgroup_pids(dirs: list[str]) -> set[int]:
+    pids: set[int] = set()
+    for d in dirs:
+        try:
+            with open(os.path.join(d, "cgroup.procs")) as f:
+                pids.update(int(x) for x in f.read().split())
+        except OSError:
+            pass
+    return pids
+
+
+def _let_out_of_freezer(pid: int, errors: list[str]) -> None:
+    """Thaw the freezer holding ``pid``: a testbed cgroup wholesale, any other by moving just ``pid`` out."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return
+    mounts = {frozenset(c): m for m, t, c, _ in cgroup_mounts()}
+    for line in lines:
+        _, ctrls, path = line.split(":", 2)
+        mnt = mounts.get(frozenset(ctrls.split(","))) if ctrls else None
+        if mnt is None or path == "/":
+            continue
+        if "freezer" in ctrls.split(","):
+            if path.startswith(f"/{TOP}/"):
+                _try_write(os.path.join(mnt, path.lstrip("/"), "freezer.state"), "THAWED", errors)
+            else:
+                _try_write(os.path.join(mnt, "cgroup.procs"), str(pid), errors)
+
+
+def _kill(pids: set[int], dirs: list[str], errors: list[str]) -> None:
+    # SIGKILL first, then thaw: the frozen ones die on thaw without running another user instruction.
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for d in dirs:
+        if os.path.exists(os.path.join(d, "freezer.state")):
+            _try_write(os.path.join(d, "freezer.state"), "THAWED", errors)
+        if os.path.exists(os.path.join(d, "cgroup.kill")):
+            _try_write(os.path.join(d, "cgroup.kill"), "1", errors)
+        elif os.path.exists(os.path.join(d, "cgroup.freeze")):
+            _try_write(os.path.join(d, "cgroup.freeze"), "0", errors)
+    for pid in pids:
+        _let_out_of_freezer(pid, errors)
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def _cleanup(run_ids: set[str], any_marked: bool) -> dict[str, Any]:
+    report: dict[str, Any] = {"run_ids": sorted(run_ids), "killed": [], "cgroups_removed": [], "errors": []}
+    errors: list[str] = report["errors"]
+    me = os.getpid()
+    killed: set[int] = set()
+    deadline = time.monotonic() + KILL_TIMEOUT_S
+    # Repeat until nothing is left: a worker may fork while we kill its siblings.
+    while True:
+        if any_marked:
+            marked = marked_processes(None)
+            run_ids |= set(marked.values())
+        else:
+            marked = {p: r for rid in run_ids for p, r in marked_processes(rid).items()}
+        dirs = [d for rid in sorted(run_ids) for _, top in _run_dirs(rid) for d in _subtree(top)]
+        targets = (set(marked) | _cgroup_pids(dirs)) - {me}
+        if not targets:
+            break
+        killed |= targets
+        _kill(targets, dirs, errors)
+        if time.monotonic() > deadline:
+            errors.append(f"processes {sorted(targets)} survived SIGKILL for {KILL_TIMEOUT_S} s")
+            break
+        time.sleep(0.01)
+    report["killed"] = sorted(killed)
+    report["run_ids"] = sorted(run_ids)
+    for rid in sorted(run_ids):
+        for mnt, top in _run_dirs(rid):
+            for d in _subtree(top):
+                try:
+                    os.rmdir(d)
+                    report["cgroups_removed"].append(d)
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    errors.append(f"rmdir {d}: {e}")
+            # testbed/ goes too, unless another run still has a directory there.
+            try:
+                report["cgroups_removed"] += rmdir_up(os.path.join(mnt, TOP), mnt)
+            except OSError as e:
+                errors.append(f"rmdir {os.path.join(mnt, TOP)}: {e}")
+    return report
+
+
+def cleanup_run(run_id: str) -> dict[str, Any]:
+    """Kill every process of ``run_id`` and remove its cgroups, now. Returns what was done and any errors."""
+    report = _cleanup({run_id}, any_marked=False)
+    report["run_id"] = run_id
+    return report
+
+
+def cleanup_all() -> dict[str, Any]:
+    """cleanup_run for every run found: run dirs under testbed/ in any hierarchy, any marked process."""
+    run_ids: set[str] = set()
+    for mnt, _, _, _ in cgroup_mounts():
+        top = os.path.join(mnt, TOP)
+        if os.path.isdir(top):
+            run_ids |= {n for n in os.listdir(top) if os.path.isdir(os.path.join(top, n))}
+    return _cleanup(run_ids, any_marked=True)
+
+
+def start_janitor(run_id: str, watch_pids: list[int], log_path: str | None = None) -> subprocess.Popen:
+    """Start the janitor detached (own session, no TESTBED_RUN_ID) watching ``watch_pids``."""
+    env = {k: v for k, v in os.environ.items() if k not in (RUN_ID_ENV, "TESTBED_NODE")}
+    argv = [sys.executable, "-m", "testbed.janitor", "--run-id", run_id]
+    for pid in watch_pids:
+        argv += ["--watch", str(pid)]
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    try:
+        return subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        if log_path:
+            out.close()  # type: ignore[union-attr]
+
+
+def watch(run_id: str, pids: list[int]) -> dict[str, Any]:
+    """Block until every pid in ``pids`` has died (or SIGTERM/SIGINT), then cleanup_run(run_id)."""
+    stop = False
+
+    def on_signal(signum: int, frame: Any) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    poller = select.poll()
+    fds: set[int] = set()
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue  # already gone
+        fds.add(fd)
+        poller.register(fd, select.POLLIN)
+    why = "all watched processes exited"
+    while fds:
+        if stop:
+            why = "signalled"
+            break
+        for fd, _ in poller.poll(POLL_S * 1000):
+            poller.unregister(fd)
+            os.close(fd)
+            fds.discard(fd)
+    report = cleanup_run(run_id)
+    report["why"] = why
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m testbed.janitor", description=__doc__.splitlines()[0])
+    ap.add_argument("--run-id", required=True)
+    ap.add_argument("--watch", type=int, action="append", default=[], metavar="PID")
+    args = ap.parse_args(argv)
+    os.environ.pop(RUN_ID_ENV, None)  # never mark ourselves (nor anything we might start)
+    report = watch(args.run_id, args.watch)
+    print(json.dumps(report), flush=True)
+    return 1 if report["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,615 @@
+"""Resource envelopes: what gives an emulated node its CPU rate and lets it be frozen and torn down whole.
+
+DESIGN.md decision 3 needs a *quota*, not a share: a node must not run faster because its neighbours are
+idle. So a node's worker processes live in a cgroup whose CFS quota is ``cpu_rate * cores / tdf`` real
+cores. Layout (each hierarchy separately, because cpu and cpuacct may or may not be co-mounted)::
+
+    <mount of cpu>/testbed/<run_id>/node<k>       cpu.cfs_period_us = 100000, cpu.cfs_quota_us
+    <mount of cpuacct>/testbed/<run_id>/node<k>   cpuacct.usage (the node's delivered CPU)
+    <mount of freezer>/testbed/<run_id>/node<k>   freezer.state (freeze/thaw the node)
+    <cgroup2 mount>/testbed/<run_id>/node<k>      cpu.max, cpu.stat, cgroup.freeze, cgroup.kill (v2)
+
+Everything lives under a directory named ``testbed`` so that the janitor (``testbed.janitor``) and any
+cleanup hook can find what a run left behind. No memory cgroup is made: moving workers out of the memory
+cgroup they inherit could take them out of a limit the host put on us.
+
+The ``none`` envelope only tracks pids: the CPU rate is then whatever the host gives, which the caller
+must say loudly in the report (``Envelope.note``).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+import signal
+import time
+from abc import ABC, abstractmethod
+
+from testbed.mechanism import accounting
+
+log = logging.getLogger(__name__)
+
+TOP = "testbed"
+CFS_PERIOD_US = 100_000
+MIN_QUOTA_US = 1000
+DESTROY_TIMEOUT_S = 5.0
+FREEZE_TIMEOUT_S = 2.0
+KINDS = ("auto", "cgroup", "cgroup-v1", "cgroup-v2", "none")
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class EnvelopeUnavailable(RuntimeError):
+    """The requested envelope cannot work here; the message says why and what to do."""
+
+
+# --- cgroup mounts -------------------------------------------------------------------------------------
+
+
+def _unescape(path: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as \ooo.
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
+
+
+def cgroup_mounts() -> list[tuple[str, str, set[str], bool]]:
+    """Every cgroup mount: (mount point, fstype 'cgroup'|'cgroup2', controllers/names, writable).
+
+    For a hierarchy mounted more than once the mount of its root is preferred, then the first.
+    """
+    seen: dict[str, tuple[str, str, set[str], bool, bool]] = {}
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            lf, rf = left.split(), right.split()
+            if len(rf) < 3 or rf[0] not in ("cgroup", "cgroup2"):
+                continue
+            dev, root, mnt, mopts = lf[2], lf[3], _unescape(lf[4]), lf[5].split(",")
+            sopts = rf[2].split(",")
+            if rf[0] == "cgroup":
+                ctrls = {o for o in sopts if "=" not in o or o.startswith("name=")}
+                ctrls -= {"rw", "ro", "noprefix", "clone_children", "cpuset_v2_mode", "favordynmods", "xattr"}
+            else:
+                ctrls = {"cgroup2"}
+            writable = "rw" in mopts and "rw" in sopts
+            prev = seen.get(dev)
+            if prev is None or (root == "/" and not prev[4]):
+                seen[dev] = (mnt, rf[0], ctrls, writable, root == "/")
+    return [(m, t, c, w) for m, t, c, w, _ in seen.values()]
+
+
+def _v1_mount(controller: str) -> tuple[str | None, str | None]:
+    """(mount point, None) of the v1 hierarchy holding ``controller``, or (None, reason)."""
+    for mnt, fstype, ctrls, writable in cgroup_mounts():
+        if fstype == "cgroup" and controller in ctrls:
+            if not writable:
+                return None, f"the cgroup v1 {controller} controller at {mnt} is mounted read-only"
+            return mnt, None
+    return None, f"no cgroup v1 hierarchy has the {controller} controller mounted (see /proc/self/mountinfo)"
+
+
+def _v2_mount() -> tuple[str | None, str | None]:
+    for mnt, fstype, _, writable in cgroup_mounts():
+        if fstype == "cgroup2":
+            if not writable:
+                return None, f"the cgroup v2 hierarchy at {mnt} is mounted read-only"
+            return mnt, None
+    return None, "no cgroup v2 hierarchy is mounted"
+
+
+def _write(path: str, value: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _read_pids(path: str) -> list[int]:
+    try:
+        return [int(x) for x in _read(path).split()]
+    except FileNotFoundError:
+        return []
+
+
+def _makedirs(path: str) -> None:
+    # Another run's cleanup may rmdir an empty testbed/ between our mkdir of it and of the run dir.
+    for _ in range(5):
+        try:
+            os.makedirs(path, exist_ok=True)
+            return
+        except FileNotFoundError:
+            continue
+    os.makedirs(path, exist_ok=True)
+
+
+def rmdir_up(path: str, stop_at: str) -> list[str]:
+    """rmdir ``path`` and then its parents while empty, never above ``stop_at``. Returns what went."""
+    removed = []
+    p = path
+    while len(p) > len(stop_at) and p.startswith(stop_at):
+        try:
+            os.rmdir(p)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            if e.errno in (errno.ENOTEMPTY, errno.EBUSY, errno.EEXIST):
+                break  # another run, or another node, still uses it: that is fine
+            raise
+        else:
+            removed.append(p)
+        p = os.path.dirname(p)
+    return removed
+
+
+def kill_pids(pids: list[int]) -> None:
+    """SIGKILL, then SIGCONT so a stopped one is woken (SIGKILL already wakes it; this is belt and braces)."""
+    for pid in pids:
+        for sig in (signal.SIGKILL, signal.SIGCONT):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                break
+
+
+# --- the envelopes --------------------------------------------------------------------------------------
+
+
+class Envelope(ABC):
+    """One emulated node's resource envelope. Subclasses set ``kind`` and ``fixes_rate``."""
+
+    kind: str = ""
+    fixes_rate: bool = False
+
+    def __init__(self, run_id: str, node: int, cpu_rate: float, tdf: float, cores: int = 1) -> None:
+        if not _SAFE_ID.match(run_id):
+            raise ValueError(f"run_id {run_id!r} must match {_SAFE_ID.pattern} (it names cgroup directories)")
+        if cpu_rate <= 0 or tdf <= 0 or cores < 1 or node < 0:
+            raise ValueError(
+                f"need cpu_rate > 0, tdf > 0, cores >= 1, node >= 0; got {cpu_rate}, {tdf}, {cores}, {node}"
+            )
+        self.run_id = run_id
+        self.node = node
+        self.cpu_rate = cpu_rate
+        self.tdf = tdf
+        self.cores = cores
+        # One line for the run's log and report when the envelope is weaker than asked (auto fell back).
+        self.note: str | None = None
+        self.frozen = False
+
+    @property
+    def name(self) -> str:
+        return f"node{self.node}"
+
+    @abstractmethod
+    def create(self) -> None: ...
+
+    @abstractmethod
+    def join_self(self) -> None:
+        """Put the calling process into the envelope. Runs between fork and exec: os.open/write/close only."""
+
+    @abstractmethod
+    def add(self, pid: int) -> None: ...
+
+    def track(self, pid: int) -> None:  # noqa: B027 - optional hook, most envelopes need nothing
+        """Told by ``spawn`` of every worker it started here (after join_self ran in the child)."""
+
+    @abstractmethod
+    def pids(self) -> list[int]: ...
+
+    @abstractmethod
+    def cpu_usage_s(self) -> float: ...
+
+    @abstractmethod
+    def configured_rate(self) -> float | None: ...
+
+    @abstractmethod
+    def destroy(self) -> None: ...
+
+    def freeze(self) -> float:
+        raise EnvelopeUnavailable(
+            f"envelope {self.kind!r} has no freezer; stop the workers with SIGSTOP "
+            "(process.stop_all) or use envelope: cgroup"
+        )
+
+    def thaw(self) -> float:
+        raise EnvelopeUnavailable(
+            f"envelope {self.kind!r} has no freezer; continue the workers with SIGCONT "
+            "(process.cont_all) or use envelope: cgroup"
+        )
+
+    def release_frozen(self, pid: int) -> None:  # noqa: B027 - optional hook
+        """Let one frozen member die (a frozen task ignores SIGKILL until thawed). No-op without a freezer."""
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(run_id={self.run_id!r}, node={self.node}, rate={self.configured_rate()})"
+        )
+
+
+class NoEnvelope(Envelope):
+    """Tracks pids only. The CPU rate is NOT fixed: a node runs as fast as the host lets it."""
+
+    kind = "none"
+    fixes_rate = False
+
+    def __init__(self, run_id: str, node: int, cpu_rate: float, tdf: float, cores: int = 1) -> None:
+        super().__init__(run_id, node, cpu_rate, tdf, cores)
+        # pid -> (start time in ticks, last CPU seconds seen): the start time guards against pid reuse, and
+        # the last value keeps a dead process's CPU in the cumulative total.
+        self._procs: dict[int, tuple[int, float]] = {}
+        self.note = "envelope none: CPU rate is NOT fixed (nodes run as fast as the host allows)"
+
+    def create(self) -> None:
+        pass
+
+    def join_self(self) -> None:
+        pass
+
+    def add(self, pid: int) -> None:
+        self.track(pid)
+
+    def track(self, pid: int) -> None:
+        try:
+            self._procs[pid] = (accounting.start_time_ticks(pid), 0.0)
+        except ProcessLookupError:
+            self._procs[pid] = (-1, 0.0)
+
+    def _alive(self, pid: int, start: int) -> bool:
+        try:
+            return accounting.start_time_ticks(pid) == start and accounting.proc_state(pid) != "Z"
+        except ProcessLookupError:
+            return False
+
+    def pids(self) -> list[int]:
+        return [p for p, (st, _) in self._procs.items() if self._alive(p, st)]
+
+    def cpu_usage_s(self) -> float:
+        total = 0.0
+        for pid, (start, last) in list(self._procs.items()):
+            try:
+                if accounting.start_time_ticks(pid) == start:
+                    last = max(last, accounting.cpu_time_s(pid))
+                    self._procs[pid] = (start, last)
+            except ProcessLookupError:
+                pass
+            total += last
+        return total
+
+    def configured_rate(self) -> float | None:
+        return None
+
+    def destroy(self) -> None:
+        deadline = time.monotonic() + DESTROY_TIMEOUT_S
+        while True:
+            alive = self.pids()
+            if not alive:
+                return
+            kill_pids(alive)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self!r}: processes {alive} survived SIGKILL for {DESTROY_TIMEOUT_S} s")
+            time.sleep(0.005)
+
+
+class CgroupV1Envelope(Envelope):
+    """cpu (CFS quota) + cpuacct (usage) + freezer cgroups in the v1 hierarchies."""
+
+    kind = "cgroup-v1"
+    fixes_rate = True
+
+    def __init__(self, run_id: str, node: int, cpu_rate: float, tdf: float, cores: int = 1) -> None:
+        super().__init__(run_id, node, cpu_rate, tdf, cores)
+        mounts = {}
+        for ctrl in ("cpu", "cpuacct", "freezer"):
+            mnt, why = _v1_mount(ctrl)
+            if mnt is None:
+                raise EnvelopeUnavailable(
+                    f"cgroup-v1 envelope unavailable: {why}. Mount it (e.g. `mount -t "
+                    f"cgroup -o {ctrl} cgroup /sys/fs/cgroup/{ctrl}` as root) or use "
+                    "envelope: none"
+                )
+            mounts[ctrl] = mnt
+        self.mounts = mounts
+        rel = os.path.join(TOP, run_id, self.name)
+        self.dirs = {c: os.path.join(m, rel) for c, m in mounts.items()}
+        # Distinct directories (cpu and cpuacct are one when co-mounted), in join order: the freezer last,
+        # so that a process never sits frozen while still outside the cpu quota.
+        self._unique = list(dict.fromkeys([self.dirs["cpu"], self.dirs["cpuacct"], self.dirs["freezer"]]))
+        self.quota_us = max(MIN_QUOTA_US, round(CFS_PERIOD_US * cpu_rate * cores / tdf))
+        # Precomputed for join_self, which must not build strings between fork and exec.
+        self._procs_files = [os.path.join(d, "cgroup.procs") for d in self._unique]
+
+    def create(self) -> None:
+        for d in self._unique:
+            _makedirs(d)
+        _write(os.path.join(self.dirs["cpu"], "cpu.cfs_period_us"), str(CFS_PERIOD_US))
+        _write(os.path.join(self.dirs["cpu"], "cpu.cfs_quota_us"), str(self.quota_us))
+
+    def join_self(self) -> None:
+        for path in self._procs_files:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")  # 0 = the writing process
+            finally:
+                os.close(fd)
+
+    def add(self, pid: int) -> None:
+        for path in self._procs_files:
+            _write(path, str(pid))
+
+    def pids(self) -> list[int]:
+        out: set[int] = set()
+        for path in self._procs_files:
+            out.update(_read_pids(path))
+        return sorted(out)
+
+    def cpu_usage_s(self) -> float:
+        return int(_read(os.path.join(self.dirs["cpuacct"], "cpuacct.usage"))) / 1e9
+
+    def configured_rate(self) -> float | None:
+        return self.quota_us / CFS_PERIOD_US
+
+    def _freezer_state(self) -> str:
+        return _read(os.path.join(self.dirs["freezer"], "freezer.state")).strip()
+
+    def freeze(self) -> float:
+        """Freeze every task of the node; returns seconds until the kernel reported FROZEN."""
+        t0 = time.monotonic()
+        _write(os.path.join(self.dirs["freezer"], "freezer.state"), "FROZEN")
+        self.frozen = True
+        # FROZEN is reported only once every task has passed through the freezer (MEASUREMENTS.md).
+        while self._freezer_state() != "FROZEN":
+            if time.monotonic() - t0 > FREEZE_TIMEOUT_S:
+                raise RuntimeError(
+                    f"{self!r}: not FROZEN after {FREEZE_TIMEOUT_S} s (state {self._freezer_state()})"
+                )
+            time.sleep(0.0002)
+        return time.monotonic() - t0
+
+    def thaw(self) -> float:
+        t0 = time.monotonic()
+        _write(os.path.join(self.dirs["freezer"], "freezer.state"), "THAWED")
+        self.frozen = False
+        while self._freezer_state() != "THAWED":
+            if time.monotonic() - t0 > FREEZE_TIMEOUT_S:
+                raise RuntimeError(f"{self!r}: not THAWED after {FREEZE_TIMEOUT_S} s")
+            time.sleep(0.0002)
+        return time.monotonic() - t0
+
+    def release_frozen(self, pid: int) -> None:
+        # Moving a task to a thawed freezer cgroup thaws it (freezer_attach); the rest of the node stays
+        # frozen. Only the freezer membership changes: the quota still applies to it.
+        try:
+            _write(os.path.join(self.mounts["freezer"], "cgroup.procs"), str(pid))
+        except ProcessLookupError:
+            pass
+
+    def destroy(self) -> None:
+        existing = [d for d in self._unique if os.path.isdir(d)]
+        if not existing:
+            self.frozen = False
+            return
+        fz = os.path.join(self.dirs["freezer"], "freezer.state")
+        if os.path.exists(fz):
+            _write(fz, "THAWED")  # a frozen task does not act on SIGKILL until thawed
+        self.frozen = False
+        deadline = time.monotonic() + DESTROY_TIMEOUT_S
+        while True:
+            left = self.pids()
+            if not left:
+                break
+            kill_pids(left)
+            if time.monotonic() > deadline:
+                states = {}
+                for p in left:
+                    try:
+                        states[p] = accounting.proc_state(p)
+                    except ProcessLookupError:
+                        states[p] = "gone"
+                raise RuntimeError(
+                    f"{self!r}: cgroup not empty {DESTROY_TIMEOUT_S} s after SIGKILL: {states}"
+                )
+            time.sleep(0.005)
+        for ctrl, d in self.dirs.items():
+            if d in existing:
+                rmdir_up(d, self.mounts[ctrl])
+
+
+class CgroupV2Envelope(Envelope):
+    """cpu.max + cpu.stat + cgroup.freeze + cgroup.kill in the unified hierarchy."""
+
+    kind = "cgroup-v2"
+    fixes_rate = True
+
+    def __init__(self, run_id: str, node: int, cpu_rate: float, tdf: float, cores: int = 1) -> None:
+        super().__init__(run_id, node, cpu_rate, tdf, cores)
+        why = probe_v2()
+        if why is not None:
+            raise EnvelopeUnavailable(f"cgroup-v2 envelope unavailable: {why}")
+        self.mount = _v2_mount()[0]
+        assert self.mount is not None
+        self.dir = os.path.join(self.mount, TOP, run_id, self.name)
+        self.quota_us = max(MIN_QUOTA_US, round(CFS_PERIOD_US * cpu_rate * cores / tdf))
+        self._procs_file = os.path.join(self.dir, "cgroup.procs")
+
+    def create(self) -> None:
+        _makedirs(self.dir)
+        # The cpu controller must be enabled in every ancestor's subtree_control down to the node's parent.
+        p = self.mount
+        for part in (TOP, self.run_id):
+            _write(os.path.join(p, "cgroup.subtree_control"), "+cpu")
+            p = os.path.join(p, part)
+        _write(os.path.join(p, "cgroup.subtree_control"), "+cpu")
+        _write(os.path.join(self.dir, "cpu.max"), f"{self.quota_us} {CFS_PERIOD_US}")
+
+    def join_self(self) -> None:
+        fd = os.open(self._procs_file, os.O_WRONLY)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+    def add(self, pid: int) -> None:
+        _write(self._procs_file, str(pid))
+
+    def pids(self) -> list[int]:
+        return _read_pids(self._procs_file)
+
+    def cpu_usage_s(self) -> float:
+        for line in _read(os.path.join(self.dir, "cpu.stat")).splitlines():
+            k, v = line.split()
+            if k == "usage_usec":
+                return int(v) / 1e6
+        raise RuntimeError(f"no usage_usec in {self.dir}/cpu.stat")
+
+    def configured_rate(self) -> float | None:
+        return self.quota_us / CFS_PERIOD_US
+
+    def _events(self) -> dict[str, str]:
+        return dict(line.split() for line in _read(os.path.join(self.dir, "cgroup.events")).splitlines())
+
+    def _freeze_to(self, value: str) -> float:
+        t0 = time.monotonic()
+        _write(os.path.join(self.dir, "cgroup.freeze"), value)
+        self.frozen = value == "1"
+        while self._events().get("frozen") != value:
+            if time.monotonic() - t0 > FREEZE_TIMEOUT_S:
+                raise RuntimeError(f"{self!r}: cgroup.events frozen != {value} after {FREEZE_TIMEOUT_S} s")
+            time.sleep(0.0002)
+        return time.monotonic() - t0
+
+    def freeze(self) -> float:
+        return self._freeze_to("1")
+
+    def thaw(self) -> float:
+        return self._freeze_to("0")
+
+    def destroy(self) -> None:
+        if not os.path.isdir(self.dir):
+            self.frozen = False
+            return
+        kill_file = os.path.join(self.dir, "cgroup.kill")
+        if os.path.exists(kill_file):
+            _write(kill_file, "1")  # kills frozen tasks too
+        else:
+            _write(os.path.join(self.dir, "cgroup.freeze"), "0")
+        self.frozen = False
+        deadline = time.monotonic() + DESTROY_TIMEOUT_S
+        while self._events().get("populated") != "0":
+            kill_pids(self.pids())
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"{self!r}: still populated {DESTROY_TIMEOUT_S} s after kill: {self.pids()}"
+                )
+            time.sleep(0.005)
+        rmdir_up(self.dir, self.mount)
+
+
+# --- probing and the factory ---------------------------------------------------------------------------
+
+
+def _probe_mkdir(base: str) -> str | None:
+    """Make and remove a scratch cgroup under base/testbed; None if that works, else the reason."""
+    top = os.path.join(base, TOP)
+    probe = os.path.join(top, f".probe-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        _makedirs(probe)
+        os.rmdir(probe)
+    except PermissionError:
+        return f"cannot create cgroups under {top}: permission denied (run as root, or delegate that subtree)"
+    except OSError as e:
+        return f"cannot create cgroups under {top}: {e}"
+    rmdir_up(top, base)
+    return None
+
+
+_probe_cache: dict[str, str | None] = {}
+
+
+def probe_v1() -> str | None:
+    if "v1" not in _probe_cache:
+        _probe_cache["v1"] = _probe_v1()
+    return _probe_cache["v1"]
+
+
+def probe_v2() -> str | None:
+    if "v2" not in _probe_cache:
+        _probe_cache["v2"] = _probe_v2()
+    return _probe_cache["v2"]
+
+
+def _probe_v1() -> str | None:
+    for ctrl in ("cpu", "cpuacct", "freezer"):
+        mnt, why = _v1_mount(ctrl)
+        if mnt is None:
+            return why
+        why = _probe_mkdir(mnt)
+        if why is not None:
+            return why
+    if not os.path.exists(os.path.join(_v1_mount("cpu")[0] or "", "cpu.cfs_quota_us")):
+        return "the v1 cpu controller has no cpu.cfs_quota_us (kernel built without CONFIG_CFS_BANDWIDTH)"
+    return None
+
+
+def _probe_v2() -> str | None:
+    mnt, why = _v2_mount()
+    if mnt is None:
+        return why
+    try:
+        ctrls = _read(os.path.join(mnt, "cgroup.controllers")).split()
+    except OSError as e:
+        return f"cannot read {mnt}/cgroup.controllers: {e}"
+    if "cpu" not in ctrls:
+        holder = _v1_mount("cpu")[0]
+        where = f" (it is bound to the cgroup v1 hierarchy at {holder}; use cgroup-v1)" if holder else ""
+        return f"the cpu controller is not available in the cgroup v2 hierarchy at {mnt}{where}"
+    return _probe_mkdir(mnt)
+
+
+def probe_envelopes() -> dict[str, str | None]:
+    """kind -> None if usable here, else the reason it is not. Probes afresh (make_envelope reuses this)."""
+    _probe_cache.clear()
+    v1, v2 = probe_v1(), probe_v2()
+    cg = None if v1 is None or v2 is None else f"cgroup-v1: {v1}; cgroup-v2: {v2}"
+    return {"cgroup": cg, "cgroup-v1": v1, "cgroup-v2": v2, "none": None}
+
+
+def make_envelope(kind: str, run_id: str, node: int, cpu_rate: float, tdf: float, cores: int = 1) -> Envelope:
+    """Build (not create) the envelope of one node. ``auto`` falls back to ``none`` with a loud note."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown envelope kind {kind!r}; known kinds: {', '.join(KINDS)}")
+    args = (run_id, node, cpu_rate, tdf, cores)
+    if kind == "none":
+        return NoEnvelope(*args)
+    if kind == "cgroup-v1":
+        why = probe_v1()
+        if why is not None:
+            raise EnvelopeUnavailable(
+                f"cgroup-v1 envelope unavailable: {why}. Fix that, or use envelope: none "
+                "(CPU rate then NOT fixed)"
+            )
+        return CgroupV1Envelope(*args)
+    if kind == "cgroup-v2":
+        return CgroupV2Envelope(*args)
+    why1 = probe_v1()
+    if why1 is None:
+        return CgroupV1Envelope(*args)
+    why2 = probe_v2()
+    if why2 is None:
+        return CgroupV2Envelope(*args)
+    reason = f"cgroup-v1: {why1}; cgroup-v2: {why2}"
+    if kind == "cgroup":
+        raise EnvelopeUnavailable(
+            f"cgroup envelope unavailable ({reason}). Run as root with the cpu, cpuacct and "
+            "freezer controllers mounted read-write (v1) or the cpu controller enabled in "
+            "cgroup v2, or use envelope: none (CPU rate then NOT fixed)"
+        )
+    env = NoEnvelope(*args)
+    env.note = f"cgroup envelope unavailable: {reason}; CPU rate is NOT fixed (envelope none)"
+    log.warning("node %d: %s", node, env.note)
+    return env

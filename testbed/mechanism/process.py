@@ -1,0 +1,283 @@
+"""Starting and controlling real worker processes: spawn into an envelope, stop/continue, nice, accounting.
+
+What ``spawn`` guarantees for the child, before the worker's first instruction runs (in ``preexec_fn``,
+i.e. between fork and exec; kept to a handful of plain syscalls):
+
+* ``prctl(PR_SET_PDEATHSIG, SIGKILL)``: the worker dies with its parent. The kernel fires it when the
+  *thread* that forked the child exits, not the process: call ``spawn`` from a long-lived thread (the node
+  agent's loop thread), never from a short-lived worker thread of a pool, or the workers die with it.
+* the parent is still alive (``getppid()`` is the pid that called spawn), else the child exits (127):
+  closes the race where the parent died before the prctl took effect.
+* scheduling reset to SCHED_OTHER, nice 0: a controller running SCHED_FIFO or at negative nice would
+  otherwise hand that to its workers, which can then starve it (MEASUREMENTS.md). This must come before
+  joining the envelope: an RT task may not enter a v1 cpu cgroup that has no RT runtime.
+* signal mask emptied (a controller thread may block signals; the worker must not inherit that).
+* the envelope joined (``envelope.join_self()``), so no worker instruction runs outside its quota.
+* ``TESTBED_RUN_ID`` in its environment, so the janitor can find it (and its descendants) in /proc.
+
+If any step fails the spawn raises :class:`SpawnError` naming the step and the errno, not the bare
+"Exception occurred in preexec_fn" of subprocess.
+
+CPU time (``Worker.cpu_time_s``) is the scheduler's nanosecond count (``sum_exec_runtime``), read through
+the process's CPU-time clock: the same number as the first field of ``/proc/<pid>/schedstat``, but over
+all threads and 50x cheaper; ``/proc/<pid>/task/*/schedstat`` and then ``/proc/<pid>/stat`` utime+stime
+(10 ms ticks) are the fallbacks, used only if the kernel refuses the clock, and logged
+(``accounting.CPU_TIME_SOURCE`` says which is in use).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import IO, Any
+
+from testbed.mechanism import accounting
+from testbed.mechanism.envelope import Envelope
+
+log = logging.getLogger(__name__)
+
+RUN_ID_ENV = "TESTBED_RUN_ID"
+NODE_ENV = "TESTBED_NODE"
+PR_SET_PDEATHSIG = 1
+KILL_REAP_TIMEOUT_S = 5.0
+
+# Loaded in the parent: the child must not dlopen anything between fork and exec.
+_libc = ctypes.CDLL(None, use_errno=True)
+_prctl = _libc.prctl
+_prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_prctl.restype = ctypes.c_int
+_OTHER_PARAM = os.sched_param(0)
+
+
+class SpawnError(RuntimeError):
+    """The child could not be set up; the message names the step that failed and why."""
+
+
+def _preexec(parent_pid: int, envelope: Envelope | None, errfd: int):
+    def setup() -> None:
+        step = b"prctl(PR_SET_PDEATHSIG, SIGKILL)"
+        try:
+            if _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "prctl failed")
+            if os.getppid() != parent_pid:
+                os._exit(127)  # the parent died before the prctl: nobody would ever reap or kill us
+            step = b"sched_setscheduler(SCHED_OTHER)"
+            if os.sched_getscheduler(0) != os.SCHED_OTHER:
+                os.sched_setscheduler(0, os.SCHED_OTHER, _OTHER_PARAM)
+            step = b"setpriority(nice 0)"
+            if os.getpriority(os.PRIO_PROCESS, 0) != 0:
+                os.setpriority(os.PRIO_PROCESS, 0, 0)
+            step = b"pthread_sigmask(empty)"
+            signal.pthread_sigmask(signal.SIG_SETMASK, ())
+            step = b"envelope.join_self()"
+            if envelope is not None:
+                envelope.join_self()
+        except BaseException as e:
+            os.write(errfd, step + b": " + repr(e).encode(errors="replace"))
+            raise
+
+    return setup
+
+
+class Worker:
+    """One worker process. Signals go through its pidfd, so a reaped worker's reused pid is never hit."""
+
+    def __init__(self, popen: subprocess.Popen, envelope: Envelope | None) -> None:
+        self.popen = popen
+        self.pid: int = popen.pid
+        self.envelope = envelope
+        # Readable once the process has exited: the agent's loop can add_reader(pidfd) instead of a thread
+        # per child. A zombie still has a pidfd, so this cannot miss an early exit.
+        self.pidfd: int = os.pidfd_open(self.pid)
+
+    def __repr__(self) -> str:
+        return f"Worker(pid={self.pid}, returncode={self.popen.returncode})"
+
+    def signal(self, sig: int) -> None:
+        """Raises ProcessLookupError once the worker has been reaped (or its pidfd closed)."""
+        if self.pidfd < 0:
+            raise ProcessLookupError(self.pid)
+        signal.pidfd_send_signal(self.pidfd, sig)
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def reap(self, timeout: float | None = None) -> int:
+        """Wait for exit and return the return code (negative: killed by that signal). Keeps the pidfd."""
+        return self.popen.wait(timeout)
+
+    def stop(self) -> None:
+        self.signal(signal.SIGSTOP)
+
+    def cont(self) -> None:
+        self.signal(signal.SIGCONT)
+
+    def kill(self) -> int:
+        """SIGKILL (+SIGCONT, and let it out of a frozen freezer cgroup) and reap; returns the return code."""
+        if self.popen.returncode is not None:
+            return self.popen.returncode
+        for sig in (signal.SIGKILL, signal.SIGCONT):
+            try:
+                self.signal(sig)
+            except ProcessLookupError:
+                break
+        if self.envelope is not None and self.envelope.frozen:
+            # A frozen task ignores SIGKILL until thawed; move just this one out rather than thaw the node.
+            self.envelope.release_frozen(self.pid)
+        try:
+            return self.popen.wait(KILL_REAP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(
+                f"worker {self.pid} still alive {KILL_REAP_TIMEOUT_S} s after SIGKILL (state {self.state()})"
+            ) from None
+
+    def set_nice(self, n: int) -> None:
+        """setpriority on every thread: on Linux PRIO_PROCESS with a pid changes only that one thread."""
+        self._check_alive()
+        for tid in os.listdir(f"/proc/{self.pid}/task"):
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(tid), n)
+            except ProcessLookupError:
+                pass  # the thread exited meanwhile
+
+    def cpu_time_s(self) -> float:
+        self._check_alive()
+        return accounting.cpu_time_s(self.pid)
+
+    def state(self) -> str:
+        self._check_alive()
+        return accounting.proc_state(self.pid)
+
+    def _check_alive(self) -> None:
+        # After reaping, the pid may belong to someone else: never read /proc for it.
+        if self.popen.returncode is not None:
+            raise ProcessLookupError(self.pid)
+
+    def close(self) -> None:
+        """Close the pidfd (remove it from any event loop first)."""
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+Output = str | os.PathLike | IO[Any] | int | None
+
+
+def _open_output(target: Output) -> tuple[Any, bool]:
+    if isinstance(target, (str, os.PathLike)):
+        return open(target, "ab"), True
+    return target, False
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None,
+    cwd: str | os.PathLike | None,
+    stdout: Output,
+    stderr: Output,
+    envelope: Envelope | None,
+    run_id: str | None = None,
+    stdin: Any = subprocess.DEVNULL,
+) -> Worker:
+    """Start ``argv`` as a worker (see the module docstring for what the child gets).
+
+    ``env`` None means a copy of ours. The run id comes from ``run_id``, else the envelope, else
+    ``env[TESTBED_RUN_ID]``; without one the worker could not be found by the janitor, so that is an error.
+    ``stdout``/``stderr``: a path (opened for append), a file object, an fd, subprocess.DEVNULL, or None.
+    """
+    full_env = dict(os.environ if env is None else env)
+    rid = run_id or (envelope.run_id if envelope is not None else None) or full_env.get(RUN_ID_ENV)
+    if not rid:
+        raise ValueError(
+            "spawn needs a run id (run_id=, an envelope, or env TESTBED_RUN_ID): unmarked workers "
+            "cannot be cleaned up by the janitor"
+        )
+    if full_env.get(RUN_ID_ENV, rid) != rid:
+        raise ValueError(f"env has {RUN_ID_ENV}={full_env[RUN_ID_ENV]!r} but the run id is {rid!r}")
+    full_env[RUN_ID_ENV] = rid
+    if envelope is not None:
+        full_env.setdefault(NODE_ENV, str(envelope.node))
+        if envelope.frozen:
+            # The child would freeze inside preexec_fn and Popen would block until someone thaws the node.
+            raise RuntimeError(
+                f"{envelope!r} is frozen: thaw it before spawning into it (then stop the new "
+                "worker if it must not run yet)"
+            )
+
+    out, close_out = _open_output(stdout)
+    err, close_err = _open_output(stderr)
+    rfd, wfd = os.pipe()  # O_CLOEXEC: the child's copy goes away at exec
+    try:
+        popen = subprocess.Popen(
+            list(argv),
+            env=full_env,
+            cwd=cwd,
+            stdin=stdin,
+            stdout=out,
+            stderr=err,
+            preexec_fn=_preexec(os.getpid(), envelope, wfd),
+            close_fds=True,
+        )
+    except subprocess.SubprocessError as e:
+        # The failed child wrote its step before exiting. Non-blocking: a sibling spawn from another thread
+        # may hold a copy of wfd until its own exec, and we must not wait for that.
+        os.set_blocking(rfd, False)
+        try:
+            detail = os.read(rfd, 4096).decode(errors="replace")
+        except BlockingIOError:
+            detail = ""
+        raise SpawnError(f"spawn {argv[0]!r}: child setup failed at {detail or e}") from e
+    finally:
+        os.close(wfd)
+        os.close(rfd)
+        if close_out:
+            out.close()
+        if close_err:
+            err.close()
+    if envelope is not None:
+        envelope.track(popen.pid)
+    return Worker(popen, envelope)
+
+
+# Group switches. kill(SIGSTOP) returns once the signal is queued and the target kicked: a task that is not
+# on a CPU (waiting for one, or asleep) runs no user-space instruction after that, and one that is running
+# on another CPU is interrupted by the reschedule IPI within microseconds and stops in the kernel. So the
+# instant after the last kill() returned is when the switch took effect; /proc shows 'T' only later, when
+# the task is next scheduled (MEASUREMENTS.md). kill(SIGCONT) wakes stopped tasks inside the call: they are
+# runnable when it returns. Signals go back to back, with nothing in between, to keep a gang's skew small.
+
+
+def stop_all(workers: Iterable[Worker]) -> float:
+    """SIGSTOP every worker; returns time.monotonic() after the last signal. Reaped workers are skipped."""
+    return _signal_all(workers, signal.SIGSTOP)
+
+
+def cont_all(workers: Iterable[Worker]) -> float:
+    """SIGCONT every worker; returns time.monotonic() after the last signal. Reaped workers are skipped."""
+    return _signal_all(workers, signal.SIGCONT)
+
+
+def _signal_all(workers: Iterable[Worker], sig: int) -> float:
+    gone = []
+    for w in workers:
+        try:
+            w.signal(sig)
+        except ProcessLookupError:
+            gone.append(w.pid)
+    t = time.monotonic()
+    if gone:
+        # The agent learns of exits from the pidfd; here it is only worth a trace.
+        log.debug("%s: workers %s already reaped, skipped", signal.Signals(sig).name, gone)
+    return t

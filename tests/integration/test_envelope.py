@@ -1,0 +1,208 @@
+"""Envelopes on real cgroups: joining before the first instruction, CFS quota accuracy, freeze, teardown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from testbed.janitor import cleanup_run
+from testbed.mechanism import envelope as envmod
+from testbed.mechanism.envelope import (
+    CgroupV1Envelope,
+    EnvelopeUnavailable,
+    NoEnvelope,
+    make_envelope,
+    probe_envelopes,
+)
+from testbed.mechanism.process import spawn
+
+BUSY = [sys.executable, "-c", "while True: pass"]
+_V1_WHY = envmod.probe_v1()
+needs_v1 = pytest.mark.skipif(_V1_WHY is not None, reason=f"cgroup v1 envelope not usable here: {_V1_WHY}")
+
+
+@pytest.fixture
+def run_id():
+    rid = f"test-{uuid.uuid4().hex[:10]}"
+    yield rid
+    report = cleanup_run(rid)
+    assert not report["errors"], report
+
+
+@pytest.fixture
+def envelopes(run_id):
+    """make(node, rate, tdf, kind) -> a created envelope, destroyed at teardown even if the test fails."""
+    made = []
+
+    def make(node=0, cpu_rate=1.0, tdf=1.0, kind="cgroup-v1"):
+        e = make_envelope(kind, run_id, node, cpu_rate, tdf)
+        e.create()
+        made.append(e)
+        return e
+
+    yield make
+    for e in made:
+        e.destroy()
+
+
+def _spawn(argv, env, **kw):
+    return spawn(
+        argv, env=None, cwd=None, stdout=kw.pop("stdout", subprocess.DEVNULL), stderr=None, envelope=env, **kw
+    )
+
+
+def _slope(samples: list[tuple[float, float]]) -> float:
+    """Least-squares slope of usage against time: robust to where the 100 ms quota bursts fall."""
+    n = len(samples)
+    mt = sum(t for t, _ in samples) / n
+    mu = sum(u for _, u in samples) / n
+    return sum((t - mt) * (u - mu) for t, u in samples) / sum((t - mt) ** 2 for t, _ in samples)
+
+
+def test_unknown_kind_names_the_known_kinds():
+    with pytest.raises(ValueError) as ei:
+        make_envelope("docker-ish", "r1", 0, 1.0, 1.0)
+    for kind in ("auto", "cgroup", "cgroup-v1", "cgroup-v2", "none"):
+        assert kind in str(ei.value)
+
+
+def test_bad_run_id_is_refused():
+    with pytest.raises(ValueError, match="run_id"):
+        make_envelope("none", "../etc", 0, 1.0, 1.0)
+
+
+def test_probe_reports_every_kind():
+    probe = probe_envelopes()
+    assert set(probe) == {"cgroup", "cgroup-v1", "cgroup-v2", "none"}
+    assert probe["none"] is None
+    for kind, why in probe.items():
+        assert why is None or (isinstance(why, str) and why), kind
+    if probe["cgroup-v2"] is not None:
+        with pytest.raises(EnvelopeUnavailable, match="cgroup-v2 envelope unavailable"):
+            make_envelope("cgroup-v2", "r1", 0, 1.0, 1.0)
+
+
+def test_auto_falls_back_loudly_and_explicit_cgroup_refuses(monkeypatch):
+    monkeypatch.setattr(envmod, "_probe_cache", {"v1": "fake: no cpu controller", "v2": "fake: no v2"})
+    e = make_envelope("auto", "r1", 3, 1.0, 2.0)
+    assert isinstance(e, NoEnvelope) and not e.fixes_rate and e.configured_rate() is None
+    assert "cgroup envelope unavailable" in e.note and "NOT fixed" in e.note and "fake: no cpu" in e.note
+    with pytest.raises(EnvelopeUnavailable, match=r"fake: no cpu controller.*envelope: none"):
+        make_envelope("cgroup", "r1", 0, 1.0, 1.0)
+
+
+def test_none_envelope_does_not_cap(envelopes):
+    e = envelopes(kind="none", tdf=4.0)  # a cgroup would give 0.25 core
+    w = _spawn(BUSY, e)
+    try:
+        time.sleep(0.2)
+        u0, t0 = e.cpu_usage_s(), time.monotonic()
+        time.sleep(0.6)
+        rate = (e.cpu_usage_s() - u0) / (time.monotonic() - t0)
+        print(f"\nnone envelope: lone busy process got {rate:.3f} CPU-s/s (tdf 4 would cap at 0.25)")
+        assert rate > 0.6, f"uncapped busy process got only {rate:.2f} core (is the machine overloaded?)"
+        assert e.pids() == [w.pid]
+        total = e.cpu_usage_s()
+        w.kill()
+        assert e.pids() == [] and e.cpu_usage_s() >= total  # a dead worker's CPU stays in the total
+    finally:
+        w.kill()
+
+
+@pytest.mark.cgroup
+@needs_v1
+def test_spawn_joins_envelope_before_first_instruction(envelopes, tmp_path):
+    e = envelopes(node=2)
+    out = tmp_path / "cg.txt"
+    # The worker's very first action reports its own cgroups: they must already be the envelope's.
+    w = _spawn(["cat", "/proc/self/cgroup"], e, stdout=str(out))
+    assert w.reap() == 0
+    lines = out.read_text()
+    rel = f"/testbed/{e.run_id}/node2"
+    for ctrl in ("cpu", "cpuacct", "freezer"):
+        assert any(ctrl in ln.split(":")[1].split(",") and ln.endswith(rel) for ln in lines.splitlines()), (
+            lines
+        )
+
+
+@pytest.mark.cgroup
+@needs_v1
+def test_cfs_quota_fixes_the_rate(envelopes):
+    """Two busy processes, each in its own node at rate 1.0 with TDF 4: 0.25 CPU-s/s each, within 5 %."""
+    nodes = [envelopes(node=k, cpu_rate=1.0, tdf=4.0) for k in range(2)]
+    assert all(isinstance(e, CgroupV1Envelope) and e.fixes_rate for e in nodes)
+    assert [e.configured_rate() for e in nodes] == [0.25, 0.25]
+    workers = [_spawn(BUSY, e) for e in nodes]
+    try:
+        time.sleep(0.25)  # past interpreter start-up
+        samples: list[list[tuple[float, float]]] = [[], []]
+        t_end = time.monotonic() + 1.5
+        while time.monotonic() < t_end:
+            now = time.monotonic()
+            for k, e in enumerate(nodes):
+                samples[k].append((now, e.cpu_usage_s()))
+            time.sleep(0.01)
+        rates = [_slope(s) for s in samples]
+        print(
+            f"\nCFS quota 0.25 core, 1.5 s: delivered {rates[0]:.4f}, {rates[1]:.4f} CPU-s/s "
+            f"({', '.join(f'{(r / 0.25 - 1) * 100:+.1f} %' for r in rates)})"
+        )
+        for r in rates:
+            assert abs(r / 0.25 - 1) < 0.05, rates
+    finally:
+        for w in workers:
+            w.kill()
+
+
+@pytest.mark.cgroup
+@needs_v1
+def test_freeze_thaw_and_no_spawn_into_frozen(envelopes):
+    e = envelopes(tdf=2.0)
+    w = _spawn(BUSY, e)
+    try:
+        time.sleep(0.2)
+        took = e.freeze()
+        assert e.frozen and w.state() == "D"  # frozen tasks show D, not T
+        u = e.cpu_usage_s()
+        time.sleep(0.1)
+        assert e.cpu_usage_s() == u, "a frozen node used CPU"
+        with pytest.raises(RuntimeError, match="frozen"):
+            _spawn(["true"], e)
+        back = e.thaw()
+        time.sleep(0.25)
+        assert e.cpu_usage_s() > u
+        print(
+            f"\nfreezer: FROZEN after {took * 1e3:.2f} ms (quota-throttled node), "
+            f"THAWED after {back * 1e3:.2f} ms"
+        )
+        e.freeze()
+        # Killing one worker of a frozen node lets just that one out of the freezer.
+        assert w.kill() == -signal.SIGKILL
+        assert e.frozen
+    finally:
+        w.kill()
+
+
+@pytest.mark.cgroup
+@needs_v1
+def test_destroy_kills_stopped_and_frozen_and_is_idempotent(envelopes, run_id):
+    never = make_envelope("cgroup-v1", run_id, 7, 1.0, 1.0)
+    never.destroy()  # never created: nothing to do
+    e = envelopes(node=0)
+    stopped = _spawn(["sleep", "30"], e)
+    stopped.stop()
+    frozen_node = envelopes(node=1)
+    frozen = _spawn(["sleep", "30"], frozen_node)
+    frozen_node.freeze()
+    for env, w in ((e, stopped), (frozen_node, frozen)):
+        env.destroy()
+        assert w.reap(timeout=2) == -signal.SIGKILL
+        assert all(not os.path.exists(d) for d in env.dirs.values())
+        env.destroy()  # idempotent
+    assert not os.path.exists(os.path.join(envmod._v1_mount("cpu")[0], "testbed", run_id))
