@@ -1,0 +1,216 @@
+"""Gang scheduling with a strict Ousterhout matrix (ALGORITHMS.md §2).
+
+``mpl`` rows (time slots) x ``nodes`` columns. A job of size s holds s cells of one row and is started as
+soon as it is placed; its processes run only while a Dispatch allows its job. Every quantum the global
+policy plans the next non-empty row, a lead time ahead, so each node switches on its own timer (DESIGN.md,
+decision 5). With alternate scheduling, idle columns of the chosen row also run jobs of other rows whose
+columns are all free in it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from .base import (
+    Dispatch,
+    GlobalAction,
+    GlobalPolicy,
+    JobSpec,
+    LocalDecision,
+    LocalEvent,
+    LocalPolicy,
+    PolicyConfigError,
+    Proc,
+    ProcAdded,
+    ProcExited,
+    Reject,
+    Scheduler,
+    SlotStart,
+    Start,
+)
+from .batch import contiguous_block, oversize_reason, param_bool
+from .local import param_mpl
+
+
+def _param_ms(params: Mapping[str, Any], name: str, minimum: float, strict: bool) -> float:
+    value = params[name]
+    bad = isinstance(value, bool) or not isinstance(value, (int, float))
+    if bad or (value <= minimum if strict else value < minimum):
+        bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
+        raise PolicyConfigError(
+            f"scheduler.params.{name}: gang needs a number of milliseconds {bound}, got {value!r}"
+        )
+    return float(value)
+
+
+class GangGlobal(GlobalPolicy):
+    def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
+        super().__init__(nodes, params, seed)
+        self.mpl = param_mpl(self.params, "gang")
+        self.quantum = _param_ms(self.params, "quantum_ms", 0.0, strict=True) / 1000.0
+        self.lead = _param_ms(self.params, "lead_ms", 0.0, strict=False) / 1000.0
+        if self.lead >= self.quantum:
+            raise PolicyConfigError(
+                f"scheduler.params.lead_ms: gang plans each slot lead_ms ahead, so it must be shorter than "
+                f"quantum_ms ({self.params['lead_ms']!r} >= {self.params['quantum_ms']!r}); lower lead_ms"
+            )
+        self.alternate = param_bool(self.params, "alternate", "gang")
+        self.packing = param_bool(self.params, "packing", "gang")
+        self.rng = random.Random(seed)
+        # matrix[row][col] = job id or None
+        self.matrix: list[list[str | None]] = [[None] * nodes for _ in range(self.mpl)]
+        self.placed: dict[str, tuple[int, tuple[int, ...]]] = {}  # job -> (row, columns)
+        self.queue: list[JobSpec] = []
+        self.row = -1  # row of the last Dispatch
+        self.slot = -1  # number of the last Dispatch
+        self.next_at: float | None = None  # start of the next slot; None when the cluster is idle
+        self.last_at = float("-inf")  # start of the last planned slot
+        self.last_jobs: frozenset[str] = frozenset()  # jobs allowed by the last Dispatch
+
+    # ----------------------------------------------------------------------------------------------------
+    # GlobalPolicy
+
+    def pending(self) -> int:
+        return len(self.queue)
+
+    def next_tick(self) -> float | None:
+        return None if self.next_at is None else self.next_at - self.lead
+
+    def lead_time(self) -> float:
+        return self.lead
+
+    def submit(self, now: float, job: JobSpec) -> list[GlobalAction]:
+        reason = oversize_reason(job, self.nodes)
+        if reason is not None:
+            return [Reject(job.job_id, reason)]
+        self.queue.append(job)
+        actions = self._place_queued()
+        if self.next_at is None and self.placed:
+            actions.append(self._dispatch(max(now + self.lead, self.last_at)))
+        return actions
+
+    def finished(self, now: float, job_id: str) -> list[GlobalAction]:
+        where = self.placed.pop(job_id, None)
+        if where is None:
+            self.queue = [j for j in self.queue if j.job_id != job_id]
+        else:
+            row, cols = where
+            for c in cols:
+                self.matrix[row][c] = None
+        actions = self._place_queued()
+        if not self.placed:
+            self.next_at = None  # idle: no ticks until a job arrives
+        elif self.next_at is None:
+            actions.append(self._dispatch(max(now + self.lead, self.last_at)))
+        elif now >= self.last_at and not (self.last_jobs & self.placed.keys()):
+            # Everything the running slot allowed has ended: switch now rather than idle out the quantum.
+            # (now >= last_at: the last Dispatch is in force, none is planned beyond it.)
+            actions.append(self._dispatch(now + self.lead))
+        return actions
+
+    def tick(self, now: float) -> list[GlobalAction]:
+        if self.next_at is None or not self.placed:
+            return []
+        at = self.next_at
+        if now > at:
+            at = now + self.lead  # called late: keep the lead rather than plan a slot in the past
+        return [self._dispatch(at)]
+
+    # ----------------------------------------------------------------------------------------------------
+    # Matrix
+
+    def _free_cols(self, row: int) -> list[int]:
+        return [c for c, cell in enumerate(self.matrix[row]) if cell is None]
+
+    def _fit(self, size: int) -> tuple[int, tuple[int, ...]] | None:
+        if self.packing:
+            for r in range(self.mpl):
+                block = contiguous_block(self._free_cols(r), size)
+                if block is not None:
+                    return r, block
+        for r in range(self.mpl):
+            free = self._free_cols(r)
+            if len(free) >= size:
+                if self.packing:
+                    return r, tuple(free[:size])
+                return r, tuple(sorted(self.rng.sample(free, size)))
+        return None
+
+    def _place_queued(self) -> list[GlobalAction]:
+        actions: list[GlobalAction] = []
+        while self.queue:
+            fit = self._fit(self.queue[0].size)
+            if fit is None:
+                break  # FCFS: the head blocks the queue
+            job = self.queue.pop(0)
+            row, cols = fit
+            for c in cols:
+                self.matrix[row][c] = job.job_id
+            self.placed[job.job_id] = (row, cols)
+            actions.append(Start(job.job_id, cols))
+        return actions
+
+    def _row_jobs(self, row: int) -> list[str]:
+        """Jobs of a row, by lowest column."""
+        seen: dict[str, None] = {}
+        for cell in self.matrix[row]:
+            if cell is not None:
+                seen.setdefault(cell)
+        return list(seen)
+
+    def _next_row(self) -> int:
+        for step in range(1, self.mpl + 1):
+            r = (self.row + step) % self.mpl
+            if any(cell is not None for cell in self.matrix[r]):
+                return r
+        raise AssertionError("no placed job")  # callers check self.placed first
+
+    def _dispatch(self, at: float) -> Dispatch:
+        row = self._next_row()
+        jobs = self._row_jobs(row)
+        busy = {c for j in jobs for c in self.placed[j][1]}
+        if self.alternate:
+            for step in range(1, self.mpl):
+                for j in self._row_jobs((row + step) % self.mpl):
+                    cols = self.placed[j][1]
+                    if busy.isdisjoint(cols):
+                        jobs.append(j)
+                        busy.update(cols)
+        allowed: dict[int, set[str]] = {n: set() for n in range(self.nodes)}
+        for j in jobs:
+            for c in self.placed[j][1]:
+                allowed[c].add(j)
+        self.row = row
+        self.slot += 1
+        self.last_at = at
+        self.last_jobs = frozenset(jobs)
+        self.next_at = at + self.quantum
+        return Dispatch(at=at, slot=self.slot, allowed={n: frozenset(s) for n, s in allowed.items()})
+
+
+class GangLocal(LocalPolicy):
+    """Runs exactly the node's processes whose job the last slot allowed; nothing before the first slot."""
+
+    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+        super().__init__(node, params, seed)
+        self.procs: set[Proc] = set()
+        self.allowed: frozenset[str] = frozenset()
+
+    def on_event(self, now: float, event: LocalEvent) -> LocalDecision:
+        if isinstance(event, ProcAdded):
+            self.procs.add(event.proc)
+        elif isinstance(event, ProcExited):
+            self.procs.discard(event.proc)
+        elif isinstance(event, SlotStart):
+            self.allowed = event.allowed
+        return LocalDecision(run=frozenset(p for p in self.procs if p.job_id in self.allowed))
+
+
+class Gang(Scheduler):
+    name = "gang"
+    summary = "strict gang scheduling on an Ousterhout matrix (mpl rows), optional alternate scheduling"
+    global_policy = GangGlobal
+    local_policy = GangLocal
+    defaults = {"mpl": 3, "quantum_ms": 100.0, "alternate": True, "packing": True, "lead_ms": 10.0}

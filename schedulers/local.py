@@ -1,0 +1,99 @@
+"""Native local scheduling (NLS): every process may run and each node's OS shares its CPU (ALGORITHMS.md
+§1, §6). The only global decision is where a job goes and whether a node already holds ``mpl``
+processes."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from .base import GlobalAction, GlobalPolicy, JobSpec, PolicyConfigError, Reject, RunAll, Scheduler, Start
+from .batch import oversize_reason, param_bool
+
+
+def param_mpl(params: Mapping[str, Any], scheduler: str) -> int:
+    mpl = params["mpl"]
+    if isinstance(mpl, bool) or not isinstance(mpl, int) or mpl < 1:
+        raise PolicyConfigError(
+            f"scheduler.params.mpl: {scheduler} needs a whole number of processes per node >= 1, got {mpl!r}"
+        )
+    return mpl
+
+
+def least_loaded(load: list[int], eligible: list[int], size: int) -> tuple[int, ...]:
+    """The ``size`` least-loaded eligible nodes (ties: lowest index); a contiguous block of nodes with the
+    same total load is preferred, the lowest such block first."""
+    ranked = sorted(eligible, key=lambda n: (load[n], n))
+    best = ranked[:size]
+    target = sum(load[n] for n in best)
+    ok = set(eligible)
+    # Sliding window over node numbers: total load and count of ineligible nodes in the window.
+    window_load = 0
+    blocked = 0
+    for last in range(len(load)):
+        window_load += load[last]
+        blocked += last not in ok
+        first = last - size + 1
+        if first > 0:
+            window_load -= load[first - 1]
+            blocked -= (first - 1) not in ok
+        if first >= 0 and blocked == 0 and window_load == target:
+            return tuple(range(first, last + 1))
+    return tuple(sorted(best))
+
+
+class LocalGlobal(GlobalPolicy):
+    def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
+        super().__init__(nodes, params, seed)
+        self.mpl = param_mpl(self.params, "local")
+        self.packing = param_bool(self.params, "packing", "local")
+        self.rng = random.Random(seed)
+        self.load = [0] * nodes
+        self.queue: list[JobSpec] = []
+        self.placed: dict[str, tuple[int, ...]] = {}
+
+    def pending(self) -> int:
+        return len(self.queue)
+
+    def submit(self, now: float, job: JobSpec) -> list[GlobalAction]:
+        reason = oversize_reason(job, self.nodes)
+        if reason is not None:
+            return [Reject(job.job_id, reason)]
+        self.queue.append(job)
+        return self._schedule()
+
+    def finished(self, now: float, job_id: str) -> list[GlobalAction]:
+        nodes = self.placed.pop(job_id, None)
+        if nodes is None:
+            self.queue = [j for j in self.queue if j.job_id != job_id]
+        else:
+            for n in nodes:
+                self.load[n] -= 1
+        return self._schedule()
+
+    def _schedule(self) -> list[GlobalAction]:
+        actions: list[GlobalAction] = []
+        while self.queue:
+            job = self.queue[0]
+            eligible = [n for n in range(self.nodes) if self.load[n] < self.mpl]
+            if len(eligible) < job.size:
+                break  # FCFS: the head blocks the queue
+            if self.packing:
+                nodes = least_loaded(self.load, eligible, job.size)
+            else:
+                nodes = tuple(sorted(self.rng.sample(eligible, job.size)))
+            self.queue.pop(0)
+            for n in nodes:
+                self.load[n] += 1
+            self.placed[job.job_id] = nodes
+            actions.append(Start(job.job_id, nodes))
+        return actions
+
+
+class Local(Scheduler):
+    name = "local"
+    summary = "native local scheduling: up to mpl processes per node, the OS shares each CPU"
+    global_policy = LocalGlobal
+    local_policy = RunAll
+    defaults = {"mpl": 3, "packing": True}
