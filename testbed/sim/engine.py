@@ -191,6 +191,7 @@ class Simulation:
         self._tick_at: float | None = None
         self._tick_ver = 0
         self._asked_global = False
+        self._open = len(self.runs)  # jobs not yet finished or rejected
         for job in jobs:
             self._push(job.spec.submit_time, _SUBMIT, self.runs[job.job_id])
 
@@ -246,6 +247,10 @@ class Simulation:
                         f"global policy asks for tick() at {t} again and again (next_tick <= now)"
                     )
             self.now = t
+            if self._open == 0 and kind != _SLOT:
+                # Every job ended. Switches already planned still happen on the nodes (and are logged);
+                # timers and ticks could recur forever and change nothing.
+                continue
             handlers[kind](*payload)
             self._settle()
         if self.duration is not None and (not self._heap or self._heap[0][0] > self.duration):
@@ -307,6 +312,7 @@ class Simulation:
             elif isinstance(a, Reject):
                 r = self._run_of(a.job_id)
                 r.state = "rejected"
+                self._open -= 1
                 self._emit(self.coord, ev.JOB_REJECTED, self.now, job=a.job_id, reason=a.reason)
             else:
                 raise TypeError(f"global policy returned {a!r}, not Start, Reject or Dispatch")
@@ -363,6 +369,7 @@ class Simulation:
             if self._finished:
                 r = self._finished.popleft()
                 r.state = "finished"
+                self._open -= 1
                 self._emit(self.coord, ev.JOB_FINISHED, self.now, job=r.job.job_id)
                 self._apply_global(self.gp.finished(self.now, r.job.job_id))
                 continue
@@ -454,16 +461,18 @@ class Simulation:
         self._pending_nodes[node.idx] = node
 
     def _drain(self, node: _Node) -> None:
-        """Advances the node's runnable processes and feeds its queued events to its local policy, until
-        neither produces anything new."""
+        """Feeds the node's queued events to its local policy, then advances its runnable processes,
+        until neither produces anything new. Events go first so that a process the policy stops on
+        arrival (ProcAdded) or on a message takes no step it was not allowed."""
+        queue = node.queue
         while True:
+            while queue:
+                self._apply_local(node, node.policy.on_event(self.now, queue.popleft()))
             for p in list(node.procs.values()):
                 if p.allowed:
                     self._advance(p)
-            if not node.queue:
+            if not queue:
                 return
-            event = node.queue.popleft()
-            self._apply_local(node, node.policy.on_event(self.now, event))
 
     def _apply_local(self, node: _Node, d: LocalDecision) -> None:
         if d.run is not None:

@@ -169,7 +169,7 @@ class Recorder(RunAll):
     def on_event(self, now: float, event: LocalEvent) -> LocalDecision:
         type(self).log.append((self.node, now, event))
         d = super().on_event(now, event)
-        wakeup = 0.25 if isinstance(event, ProcAdded) else None
+        wakeup = 0.005 if isinstance(event, ProcAdded) else None
         return LocalDecision(run=d.run, wakeup=wakeup)
 
 
@@ -218,7 +218,7 @@ def test_timer_is_delivered_at_the_wakeup():
     Deaf.log.clear()
     simulate([job("A", iterations=1, gcomp=1000.0)], recorder_scheduler(Deaf), {}, nodes=1)
     [(_, t, _)] = [x for x in Deaf.log if isinstance(x[2], Timer)]
-    assert t == pytest.approx(0.25)
+    assert t == pytest.approx(0.005)
 
 
 def test_gang_local_sees_slot_starts():
@@ -334,3 +334,32 @@ def test_gang_simulation_is_fast():
     elapsed = time.perf_counter() - t0
     assert len(finish_times(events)) == 50
     assert elapsed < 20.0  # loose: typically well under a second; catches pathologies only
+
+
+def test_a_process_does_nothing_before_its_local_policy_lets_it():
+    # B (I/O only, no compute) is placed in row 1 while A runs: its first write waits for B's slot.
+    b = job("B", iterations=1, gcomp=0.0, gio=1, io_time_ms=10.0, barrier=False)
+    events = simulate([job("A"), b], Gang, {"mpl": 2}, nodes=1)
+    assert finish_times(events)["B"] == pytest.approx(0.11 + 0.01)
+
+
+class Periodic(RunAll):
+    """Asks for a timer every millisecond, forever (like a periodic-boost policy)."""
+
+    def on_event(self, now, event):
+        d = super().on_event(now, event)
+        return LocalDecision(run=d.run, wakeup=now + 0.001)
+
+
+class PeriodicScheduler(Scheduler):
+    name = "periodic"
+    summary = "test: endless timers"
+    global_policy = LocalGlobal
+    local_policy = Periodic
+    defaults = Local.defaults
+
+
+def test_run_ends_when_every_job_has_ended_despite_endless_timers():
+    events = simulate([job("A", t=1.0)], PeriodicScheduler, {}, nodes=1)
+    assert finish_times(events) == {"A": pytest.approx(2.0)}
+    assert events[-1]["kind"] == "job_finished"
