@@ -1,0 +1,66 @@
+"""CPU-rate probe: ``python -m testbed.apps.probe --seconds S [--start-at T]`` runs the work loop flat out
+for S real seconds (from CLOCK_MONOTONIC time T, if given) and prints one JSON line
+{"iters", "cpu_s", "wall_s", "iters_per_unit"}.
+
+cpu_s / wall_s is the CPU rate the process got (how the envelope's quota is checked); iters_per_unit
+(iterations per WORK_UNIT_S of CPU) calibrates the synthetic programs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from testbed.apps.work import WORK_UNIT_S, spin
+
+_CHUNK = 2_000  # ~0.25 ms of work between clock reads: fine-grained end, negligible overhead
+
+
+def cpu_seconds() -> float:
+    """This process's CPU time: the scheduler's own figure (ns) where Linux offers it."""
+    try:
+        with open("/proc/self/schedstat") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return time.process_time()
+
+
+def probe(seconds: float, start_at: float | None = None) -> dict:
+    spin(_CHUNK)  # warm up
+    if start_at is not None:
+        # Probes of several nodes start together, so they measure the rates under the same contention.
+        delay = start_at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+    iters = 0
+    c0 = cpu_seconds()
+    w0 = time.monotonic()
+    end = w0 + seconds
+    while time.monotonic() < end:
+        spin(_CHUNK)
+        iters += _CHUNK
+    wall = time.monotonic() - w0
+    cpu = cpu_seconds() - c0
+    return {
+        "iters": iters,
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "iters_per_unit": round(iters * WORK_UNIT_S / cpu) if cpu > 0 else 0,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m testbed.apps.probe", description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=1.0, help="real seconds to run (default 1)")
+    parser.add_argument("--start-at", type=float, default=None, help="CLOCK_MONOTONIC time to start at")
+    args = parser.parse_args(argv)
+    if args.seconds <= 0:
+        parser.error("--seconds must be > 0")
+    print(json.dumps(probe(args.seconds, args.start_at)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

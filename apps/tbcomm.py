@@ -1,0 +1,364 @@
+"""tbcomm, the testbed's own messaging: the worker side (DESIGN.md, decision 4; NIC side: testbed/nic.py).
+
+A message goes sender -> NIC of the receiver's node -> receiver. The receiver asks its own NIC for each
+message (RECV), so the NIC sees arrivals, waiting receivers and unconsumed messages. Wait modes, per recv:
+
+* ``block``: a blocking socket read;
+* ``spin``: non-blocking polls of the socket in a loop (burns CPU, like a spinning MPI receive);
+* ``spin-block``: spin for ``spin_us`` emulated microseconds, then tell the NIC (BLOCKED) and block.
+
+Collectives (barrier, bcast, allreduce) are point-to-point underneath, linear through the root (paper 002,
+fig. 6: all send to rank 0, rank 0 replies after hearing from all); each tells the own NIC when it enters
+and leaves so a policy such as HYBRID can boost the process.
+
+Deliberately plain blocking sockets and standard library only: 16+ workers start at once on two cores, so
+import time matters (no asyncio, no numpy unless the caller already passes numpy arrays).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import time
+
+# Wire format: kept in sync by hand with testbed/nic.py (which documents each frame).
+HEADER = struct.Struct("!IBBHiii")
+HELLO, PEER, GO, DATA, RECV, BLOCKED, COLL_ENTER, COLL_LEAVE, PROGRESS, ERROR, BYE = range(1, 12)
+MODES = ("block", "spin", "spin-block")
+_PROGRESS_VALUE = struct.Struct("!d")
+_F64 = struct.Struct("!d")
+
+ANY = -1
+# Negative tags are the collectives' own, so a user's ANY-tag receive never takes one of their messages.
+TAG_BARRIER = -2
+TAG_BCAST = -3
+TAG_REDUCE = -4
+
+_HSIZE = HEADER.size
+_DONTWAIT = socket.MSG_DONTWAIT
+
+
+class CommError(RuntimeError):
+    """The job cannot go on: a peer died, the NIC went away, or the protocol was violated."""
+
+
+def _split(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host, int(port)
+
+
+def _connect(addr: str, timeout: float) -> socket.socket:
+    try:
+        sock = socket.create_connection(_split(addr), timeout=timeout)
+    except OSError as exc:
+        raise CommError(f"cannot connect to NIC {addr}: {exc}") from exc
+    sock.settimeout(None)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+class Comm:
+    """One rank's endpoint. Build it with :meth:`from_env`, which returns only once the NIC says GO."""
+
+    def __init__(
+        self,
+        job: str,
+        rank: int,
+        nics: list[str],
+        node_nic: str,
+        *,
+        tdf: float = 1.0,
+        mode: str = "block",
+        spin_us: float = 300.0,
+        recv_timeout_s: float | None = None,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        if not 0 <= rank < len(nics):
+            raise CommError(f"rank {rank} out of range for {len(nics)} NIC addresses")
+        if mode not in MODES:
+            raise CommError(f"unknown wait mode {mode!r}; use one of {', '.join(MODES)}")
+        self.job = job
+        self.rank = rank
+        self.size = len(nics)
+        self.nics = list(nics)
+        self.node_nic = node_nic
+        self.tdf = tdf
+        self.mode = mode
+        self.spin_us = spin_us
+        #: real seconds a recv may wait before giving up; None waits for ever. Off by default because a
+        #: descheduled (stopped) peer is normal; dead peers are reported by the NIC instead.
+        self.recv_timeout_s = recv_timeout_s
+        self._buf = bytearray()  # received, not yet parsed
+        # recv_into a buffer kept for the whole run: recv(65536) would allocate 64 KiB per message.
+        self._rbuf = bytearray(65536)
+        self._rview = memoryview(self._rbuf)
+        self._closed = False
+        job_b = job.encode()
+        # One socket per distinct NIC, opened now so that a worker that dies later shows up as an EOF at
+        # every NIC of its job (which then fails the job's waiting receivers instead of leaving them hung).
+        self._local = _connect(node_nic, connect_timeout_s)
+        self._socks: dict[str, socket.socket] = {node_nic: self._local}
+        self._local.sendall(HEADER.pack(len(job_b), HELLO, 0, 0, rank, os.getpid(), 0) + job_b)
+        peer_body = job_b + b"\n" + node_nic.encode()
+        for addr in self.nics:
+            if addr not in self._socks:
+                sock = _connect(addr, connect_timeout_s)
+                sock.sendall(HEADER.pack(len(peer_body), PEER, 0, 0, rank, 0, 0) + peer_body)
+                self._socks[addr] = sock
+        self._by_rank = [self._socks[addr] for addr in self.nics]
+        ftype, *_ = self._read_frame(self._local)
+        if ftype != GO:
+            raise CommError(f"expected GO from NIC {node_nic}, got frame type {ftype}")
+
+    @classmethod
+    def from_env(cls, env=os.environ) -> Comm:
+        try:
+            nics = env["TB_NICS"].split(",")
+            timeout = env.get("TB_RECV_TIMEOUT_S")
+            return cls(
+                env["TB_JOB"],
+                int(env["TB_RANK"]),
+                nics,
+                env.get("TB_NODE_NIC") or nics[int(env["TB_RANK"])],
+                tdf=float(env.get("TB_TDF", "1")),
+                mode=env.get("TB_WAIT_MODE", "block"),
+                spin_us=float(env.get("TB_SPIN_US", "300")),
+                recv_timeout_s=float(timeout) if timeout else None,
+            )
+        except KeyError as exc:
+            raise CommError(f"environment variable {exc.args[0]} is not set (the agent sets it)") from None
+        except ValueError as exc:
+            raise CommError(f"bad tbcomm environment: {exc}") from None
+
+    # ---------------------------------------------------------------------------------------------------
+    # Point to point
+
+    def send(self, dst: int, data: bytes, tag: int = 0) -> None:
+        if not 0 <= dst < self.size:
+            raise CommError(f"send to rank {dst}: out of range 0..{self.size - 1}")
+        if tag < 0:
+            raise CommError(f"tag {tag}: user tags must be >= 0")
+        self._send(dst, data, tag)
+
+    def _send(self, dst: int, data, tag: int) -> None:
+        n = len(data)
+        hdr = HEADER.pack(n, DATA, 0, 0, self.rank, dst, tag)
+        sock = self._by_rank[dst]
+        try:
+            if n <= 65536:
+                sock.sendall(hdr + bytes(data))
+            else:
+                sock.sendall(hdr)
+                sock.sendall(data)
+        except OSError as exc:
+            raise CommError(f"send to rank {dst} via NIC {self.nics[dst]} failed: {exc}") from exc
+
+    def recv(self, src: int = ANY, tag: int = ANY, mode: str | None = None) -> bytes:
+        return self.recv_msg(src, tag, mode)[2]
+
+    def recv_msg(self, src: int = ANY, tag: int = ANY, mode: str | None = None) -> tuple[int, int, bytes]:
+        """Like :meth:`recv`, also returning the message's source rank and tag: (src, tag, data)."""
+        if tag < ANY:
+            raise CommError(f"tag {tag}: user tags must be >= 0 (or ANY)")
+        return self._recv(src, tag, mode)
+
+    def _recv(self, src: int, tag: int, mode: str | None) -> tuple[int, int, bytes]:
+        mode = mode or self.mode
+        try:
+            mcode = MODES.index(mode)
+        except ValueError:
+            raise CommError(f"unknown wait mode {mode!r}; use one of {', '.join(MODES)}") from None
+        sock = self._local
+        try:
+            sock.sendall(HEADER.pack(0, RECV, mcode, 0, src, 0, tag))
+        except OSError as exc:
+            raise CommError(f"own NIC {self.node_nic} is gone: {exc}") from exc
+        deadline = None if self.recv_timeout_s is None else time.monotonic() + self.recv_timeout_s
+        if mcode == 1:
+            self._spin(sock, deadline)
+        elif mcode == 2:
+            if self._spin(sock, time.monotonic() + self.spin_us * 1e-6 * self.tdf, deadline):
+                try:
+                    sock.sendall(HEADER.pack(0, BLOCKED, 0, 0, 0, 0, 0))
+                except OSError as exc:
+                    raise CommError(f"own NIC {self.node_nic} is gone: {exc}") from exc
+        ftype, a, _, c, body = self._read_frame(sock, deadline)
+        if ftype == DATA:
+            return a, c, body
+        if ftype == ERROR:
+            raise CommError(body.decode(errors="replace"))
+        raise CommError(f"unexpected frame type {ftype} from NIC {self.node_nic}")
+
+    def _spin(self, sock: socket.socket, until: float | None, hard: float | None = None) -> bool:
+        """Polls without blocking until some bytes of the answer are buffered (False) or ``until`` passes
+        (True: the caller blocks from now on). ``until`` None spins for ever (bounded by ``hard``)."""
+        buf = self._buf
+        view = self._rview
+        if len(buf) >= _HSIZE:
+            return False
+        now = time.monotonic
+        while True:
+            try:
+                n = sock.recv_into(view, 0, _DONTWAIT)
+            except BlockingIOError:
+                t = now()
+                if until is not None and t >= until:
+                    return True
+                if hard is not None and t >= hard:
+                    raise CommError(f"rank {self.rank}: no message within {self.recv_timeout_s} s") from None
+                continue
+            except OSError as exc:
+                raise CommError(f"own NIC {self.node_nic} is gone: {exc}") from exc
+            if not n:
+                raise CommError(f"own NIC {self.node_nic} closed the connection")
+            buf += view[:n]
+            return False
+
+    def _read_frame(self, sock: socket.socket, deadline: float | None = None) -> tuple:
+        buf = self._buf
+        view = self._rview
+        while True:
+            if len(buf) >= _HSIZE:
+                blen, ftype, _, _, a, b, c = HEADER.unpack_from(buf)
+                need = _HSIZE + blen
+                if len(buf) >= need:
+                    body = bytes(buf[_HSIZE:need])
+                    del buf[:need]
+                    return ftype, a, b, c, body
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise CommError(f"rank {self.rank}: no message within {self.recv_timeout_s} s")
+                sock.settimeout(left)
+            try:
+                n = sock.recv_into(view)
+            except TimeoutError:
+                raise CommError(f"rank {self.rank}: no message within {self.recv_timeout_s} s") from None
+            except OSError as exc:
+                raise CommError(f"own NIC {self.node_nic} is gone: {exc}") from exc
+            finally:
+                if deadline is not None:
+                    sock.settimeout(None)
+            if not n:
+                raise CommError(f"own NIC {self.node_nic} closed the connection")
+            buf += view[:n]
+
+    # ---------------------------------------------------------------------------------------------------
+    # Collectives (linear through the root)
+
+    def _notice(self, ftype: int, op: str) -> None:
+        body = op.encode()
+        try:
+            self._local.sendall(HEADER.pack(len(body), ftype, 0, 0, 0, 0, 0) + body)
+        except OSError as exc:
+            raise CommError(f"own NIC {self.node_nic} is gone: {exc}") from exc
+
+    def barrier(self, mode: str | None = None) -> None:
+        self._notice(COLL_ENTER, "barrier")
+        if self.rank == 0:
+            for _ in range(self.size - 1):
+                self._recv(ANY, TAG_BARRIER, mode)
+            for r in range(1, self.size):
+                self._send(r, b"", TAG_BARRIER)
+        else:
+            self._send(0, b"", TAG_BARRIER)
+            self._recv(0, TAG_BARRIER, mode)
+        self._notice(COLL_LEAVE, "barrier")
+
+    def bcast(self, data: bytes | None, root: int = 0, mode: str | None = None) -> bytes:
+        self._notice(COLL_ENTER, "bcast")
+        if self.rank == root:
+            if data is None:
+                raise CommError("bcast: the root must pass data")
+            data = bytes(data)
+            for r in range(self.size):
+                if r != root:
+                    self._send(r, data, TAG_BCAST)
+        else:
+            data = self._recv(root, TAG_BCAST, mode)[2]
+        self._notice(COLL_LEAVE, "bcast")
+        return data
+
+    def allreduce(self, value, op: str = "sum", mode: str | None = None):
+        """Reduces a float or a float64 numpy array across all ranks; every rank gets the result.
+
+        The root combines contributions in rank order, so every run gives bit-identical results."""
+        if op not in ("sum", "max", "min"):
+            raise CommError(f"allreduce: unknown op {op!r}; use sum, max or min")
+        self._notice(COLL_ENTER, "allreduce")
+        is_array = hasattr(value, "dtype")  # numpy is imported only by callers that use it
+        if is_array:
+            import numpy as np
+
+            arr = np.ascontiguousarray(value, dtype=np.float64)
+            payload = arr.tobytes()
+        else:
+            payload = _F64.pack(float(value))
+        if self.rank == 0:
+            parts: list[bytes | None] = [None] * self.size
+            parts[0] = payload
+            for _ in range(self.size - 1):
+                src, _, body = self._recv(ANY, TAG_REDUCE, mode)
+                parts[src] = body
+            if is_array:
+                acc = arr.copy()
+                fn = {"sum": np.add, "max": np.maximum, "min": np.minimum}[op]
+                for body in parts[1:]:
+                    other = np.frombuffer(body, dtype=np.float64)
+                    if other.size != acc.size:
+                        raise CommError(f"allreduce: arrays of different sizes ({acc.size}, {other.size})")
+                    fn(acc, other.reshape(acc.shape), out=acc)
+                result_b = acc.tobytes()
+            else:
+                vals = [_F64.unpack(b)[0] for b in parts]
+                red = {"sum": sum, "max": max, "min": min}[op]
+                result_b = _F64.pack(red(vals))
+            for r in range(1, self.size):
+                self._send(r, result_b, TAG_BCAST)
+        else:
+            self._send(0, payload, TAG_REDUCE)
+            result_b = self._recv(0, TAG_BCAST, mode)[2]
+        self._notice(COLL_LEAVE, "allreduce")
+        if is_array:
+            return np.frombuffer(result_b, dtype=np.float64).reshape(arr.shape).copy()
+        return _F64.unpack(result_b)[0]
+
+    # ---------------------------------------------------------------------------------------------------
+
+    def progress(self, unit: str, value: float) -> None:
+        body = _PROGRESS_VALUE.pack(float(value)) + unit.encode()
+        try:
+            self._local.sendall(HEADER.pack(len(body), PROGRESS, 0, 0, 0, 0, 0) + body)
+        except OSError as exc:
+            raise CommError(f"own NIC {self.node_nic} is gone: {exc}") from exc
+
+    def close(self) -> None:
+        """Clean close: each NIC sees BYE before EOF, so it does not take this rank for dead."""
+        if self._closed:
+            return
+        self._closed = True
+        bye = HEADER.pack(0, BYE, 0, 0, 0, 0, 0)
+        for sock in self._socks.values():
+            try:
+                sock.sendall(bye)
+            except OSError:
+                pass
+            sock.close()
+
+    def __enter__(self) -> Comm:
+        return self
+
+    def abort(self) -> None:
+        """Close without BYE: the NICs take this rank for dead and fail its job's waiting receivers."""
+        if self._closed:
+            return
+        self._closed = True
+        for sock in self._socks.values():
+            sock.close()
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            self.close()
+        else:
+            self.abort()

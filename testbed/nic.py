@@ -1,0 +1,444 @@
+"""The emulated NIC of one node: the receiving end of every ``tbcomm`` message (DESIGN.md, decision 4).
+
+A worker sends each message straight to the NIC of the destination rank's node; that NIC holds it until
+the receiver asks for it with a RECV frame, then hands it over. Because receiving is request/response, the
+NIC sees every arrival, every waiting (and blocked) receiver and every unconsumed message, which is what
+the coscheduling policies need (paper 003's NIC firmware). Skipping a sender-side relay halves the relay
+cost (MEASUREMENTS.md: each Python hop adds a few microseconds pinned, far more unpinned).
+
+The NIC lives in the node agent's asyncio loop thread (:mod:`testbed.loop`); every method except
+:meth:`Nic.go` must be called from that thread (``go`` also accepts other threads).
+
+Wire format (shared with :mod:`testbed.apps.tbcomm`): each frame is a 20-byte header
+``struct "!IBBHiii"`` = (body length, frame type, mode, reserved, a, b, c) followed by the body.
+See ``HEADER`` and the frame type constants below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+import threading
+import typing
+from collections import deque
+from dataclasses import dataclass, field
+
+from testbed.clock import Clock
+from testbed.schedulers.base import (
+    CollectiveEnter,
+    CollectiveLeave,
+    MessageArrived,
+    MessageConsumed,
+    Proc,
+    ReceiverBlocked,
+    ReceiverWaiting,
+)
+
+log = logging.getLogger(__name__)
+
+# --------------------------------------------------------------------------------------------------------
+# Wire format. Kept in sync by hand with testbed/apps/tbcomm.py, which must not import this module (a
+# worker's import time matters: it would pull in asyncio and the policy types).
+
+HEADER = struct.Struct("!IBBHiii")
+HELLO = 1  # worker -> own NIC: a=rank, b=pid, body=job id; the worker then waits for GO
+PEER = 2  # worker -> any NIC it sends to: a=rank, body=job id + "\n" + the worker's own node NIC address
+GO = 3  # NIC -> worker: start
+DATA = 4  # worker -> NIC: a=src rank, b=dst rank, c=tag, body=payload; forwarded unchanged to the receiver
+RECV = 5  # worker -> own NIC: mode=wait mode, a=src or ANY, c=tag or ANY; answered by one DATA or ERROR
+BLOCKED = 6  # worker -> own NIC: the pending RECV stopped spinning and now blocks
+COLL_ENTER = 7  # worker -> own NIC: body=op name
+COLL_LEAVE = 8  # worker -> own NIC: body=op name
+PROGRESS = 9  # worker -> own NIC: body=float64 value + unit name
+ERROR = 10  # NIC -> worker: body=reason; the pending RECV can never be satisfied
+BYE = 11  # worker -> NIC: clean close follows (an EOF without BYE means the worker died)
+
+ANY = -1
+MODES = ("block", "spin", "spin-block")  # index = mode byte in RECV
+_PROGRESS_VALUE = struct.Struct("!d")
+_RBUF = 65536  # receive buffer per connection; grows for a bigger frame, then shrinks back
+
+
+class NicHooks(typing.Protocol):
+    def on_hello(self, proc: Proc, pid: int) -> None: ...
+
+    def on_local_event(self, event) -> None: ...
+
+    def on_progress(self, proc: Proc, unit: str, value: float) -> None: ...
+
+    def on_disconnect(self, proc: Proc) -> None: ...
+
+
+@dataclass(eq=False)
+class _Rx:
+    """One local receiver (job, rank): its unconsumed messages and its pending RECV, if any."""
+
+    proc: Proc
+    queue: deque = field(default_factory=deque)  # (src, tag, raw DATA frame)
+    want: tuple[int, int, int] | None = None  # (src, tag, mode)
+    conn: _Conn | None = None
+    go: bool = False  # the agent said go (possibly before HELLO arrived)
+
+
+@dataclass(eq=False)
+class _Link:
+    """Messages from one source node in flight on the emulated link to this node, in order."""
+
+    free_at: float = 0.0
+    queue: deque = field(default_factory=deque)  # (deliverable_at, rx, msg, nbytes)
+    timer: asyncio.TimerHandle | None = None
+
+
+def _matches(msg_src: int, msg_tag: int, want_src: int, want_tag: int) -> bool:
+    if want_src != ANY and msg_src != want_src:
+        return False
+    # ANY tag matches user tags only: negative tags are reserved for the collectives.
+    return msg_tag == want_tag or (want_tag == ANY and msg_tag >= 0)
+
+
+class _Conn(asyncio.BufferedProtocol):
+    """One worker connection. A BufferedProtocol: asyncio's plain Protocol allocates a 256 KiB bytes
+    object per read, which costs more than the rest of the relay on a small message."""
+
+    def __init__(self, nic: Nic) -> None:
+        self.nic = nic
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray(_RBUF)
+        self.start = 0  # first byte not yet parsed
+        self.end = 0  # first free byte
+        self.job: str | None = None
+        self.rank = -1
+        self.local = False  # the worker's own-node connection (HELLO), which carries RECVs
+        self.src_link: str | None = None  # source node NIC address for link emulation; None = this node
+        self.bye = False
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.nic._conns.add(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # Make room here, not in buffer_updated: asyncio still holds the previous view there, and a
+        # bytearray with a live view cannot be resized.
+        buf = self.buf
+        if len(buf) - self.end < _RBUF // 4:
+            pending = self.end - self.start
+            need = pending + _RBUF // 4
+            if pending >= HEADER.size:
+                need = max(need, HEADER.size + HEADER.unpack_from(buf, self.start)[0])
+            if self.start:
+                buf[:pending] = buf[self.start : self.end]
+                self.start, self.end = 0, pending
+            if len(buf) < need:
+                buf.extend(bytes(need - len(buf)))
+            elif len(buf) > _RBUF and need <= _RBUF:
+                del buf[_RBUF:]  # give back the room a big message needed
+        return memoryview(buf)[self.end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.end += nbytes
+        buf = self.buf
+        off = self.start
+        end_all = self.end
+        hsize = HEADER.size
+        frame = self.nic._frame
+        try:
+            while end_all - off >= hsize:
+                blen, ftype, mode, _, a, b, c = HEADER.unpack_from(buf, off)
+                end = off + hsize + blen
+                if end > end_all:
+                    break
+                frame(self, ftype, mode, a, b, c, buf, off, end)
+                off = end
+        except _ProtocolError as exc:
+            log.warning("nic %d: closing connection from %s:%d: %s", self.nic.node, self.job, self.rank, exc)
+            self.transport.close()
+            return
+        if off == end_all:
+            self.start = self.end = 0
+        else:
+            self.start = off
+
+    def connection_lost(self, exc) -> None:
+        self.nic._conn_lost(self)
+
+
+class _ProtocolError(Exception):
+    pass
+
+
+class Nic:
+    """The emulated NIC of node ``node``; see the module docstring.
+
+    ``latency_s`` and ``bandwidth_Bps`` emulate the link into this node (emulated seconds / bytes per
+    emulated second): a message from another node becomes deliverable (latency + bytes / bandwidth) x TDF
+    real seconds after it reaches the NIC, with the messages of one source node serialised on its link.
+    Messages between workers of the same node are never delayed.
+    """
+
+    def __init__(
+        self,
+        node: int,
+        hooks: NicHooks,
+        clock: Clock,
+        *,
+        report_messages: bool = False,
+        latency_s: float = 0.0,
+        bandwidth_Bps: float | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        if latency_s < 0:
+            raise ValueError(f"latency_s must be >= 0, got {latency_s}")
+        if bandwidth_Bps is not None and bandwidth_Bps <= 0:
+            raise ValueError(f"bandwidth_Bps must be > 0 or None, got {bandwidth_Bps}")
+        self.node = node
+        self.hooks = hooks
+        self.clock = clock
+        self.report_messages = report_messages
+        self.latency_s = latency_s
+        self.bandwidth_Bps = bandwidth_Bps
+        self.host = host
+        self.address = ""
+        self._emulate_link = latency_s > 0 or bandwidth_Bps is not None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread_id: int | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._conns: set[_Conn] = set()
+        self._rx: dict[tuple[str, int], _Rx] = {}
+        self._links: dict[str, _Link] = {}
+        self._failed: dict[str, str] = {}  # job -> why its RECVs can no longer be satisfied
+        self._messages_in = self._bytes_in = self._messages_out = self._bytes_out = 0
+        self._arrivals = 0
+
+    # ---------------------------------------------------------------------------------------------------
+    # API for the node agent
+
+    async def start(self) -> str:
+        self._loop = asyncio.get_running_loop()
+        self._thread_id = threading.get_ident()
+        self._server = await self._loop.create_server(lambda: _Conn(self), self.host, 0, backlog=512)
+        port = self._server.sockets[0].getsockname()[1]
+        self.address = f"{self.host}:{port}"
+        return self.address
+
+    def go(self, proc: Proc) -> None:
+        """Release ``proc`` if it waits after HELLO, or let it through at once when its HELLO comes."""
+        if self._loop is not None and threading.get_ident() != self._thread_id:
+            self._loop.call_soon_threadsafe(self.go, proc)
+            return
+        rx = self._receiver(proc.job_id, proc.rank)
+        if rx.go:
+            return
+        rx.go = True
+        if rx.conn is not None:
+            rx.conn.transport.write(HEADER.pack(0, GO, 0, 0, 0, 0, 0))
+
+    def stats(self) -> dict:
+        # list() snapshots under the GIL, so this is also safe from a thread other than the loop's.
+        receivers = list(self._rx.values())
+        links = list(self._links.values())
+        return {
+            "messages_in": self._messages_in,
+            "bytes_in": self._bytes_in,
+            "messages_out": self._messages_out,
+            "bytes_out": self._bytes_out,
+            "arrivals": self._arrivals,
+            "unconsumed": sum(len(rx.queue) for rx in receivers),
+            "in_flight": sum(len(link.queue) for link in links),
+            "waiting": sum(1 for rx in receivers if rx.want is not None),
+            "connections": len(self._conns),
+        }
+
+    def unconsumed(self, proc: Proc) -> int:
+        rx = self._rx.get((proc.job_id, proc.rank))
+        return len(rx.queue) if rx is not None else 0
+
+    def drop_job(self, job_id: str) -> None:
+        """Forget a finished job's receivers and unconsumed messages (the agent calls it when a job ends)."""
+        for key in [k for k in self._rx if k[0] == job_id]:
+            del self._rx[key]
+        self._failed.pop(job_id, None)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for link in self._links.values():
+            if link.timer is not None:
+                link.timer.cancel()
+        self._links.clear()
+        for conn in list(self._conns):
+            conn.transport.abort()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+    # ---------------------------------------------------------------------------------------------------
+    # Frames
+
+    def _receiver(self, job: str, rank: int) -> _Rx:
+        rx = self._rx.get((job, rank))
+        if rx is None:
+            rx = self._rx[(job, rank)] = _Rx(Proc(job, rank))
+        return rx
+
+    def _frame(self, conn: _Conn, ftype: int, mode: int, a: int, b: int, c: int, buf, off, end) -> None:
+        if ftype == DATA:
+            if conn.job is None:
+                raise _ProtocolError("DATA before HELLO/PEER")
+            nbytes = end - off - HEADER.size
+            self._messages_in += 1
+            self._bytes_in += nbytes
+            rx = self._receiver(conn.job, b)
+            msg = (a, c, bytes(buf[off:end]))
+            if conn.src_link is not None and self._emulate_link:
+                self._delay(conn.src_link, rx, msg, nbytes)
+            else:
+                self._arrive(rx, msg)
+        elif ftype == RECV:
+            rx = self._local_rx(conn)
+            if rx.want is not None:
+                raise _ProtocolError("RECV while a RECV is pending")
+            if mode >= len(MODES):
+                raise _ProtocolError(f"bad wait mode {mode}")
+            rx.want = (a, c, mode)
+            if not self._try_deliver(rx):
+                if conn.job in self._failed:
+                    self._fail(rx, self._failed[conn.job])
+                elif self.report_messages:
+                    self._event(ReceiverWaiting(rx.proc, MODES[mode]))
+        elif ftype == BLOCKED:
+            rx = self._local_rx(conn)
+            # A BLOCKED that crossed the delivery on the wire refers to a RECV already answered.
+            if rx.want is not None and self.report_messages:
+                self._event(ReceiverBlocked(rx.proc))
+        elif ftype == COLL_ENTER or ftype == COLL_LEAVE:
+            rx = self._local_rx(conn)
+            if self.report_messages:
+                op = bytes(buf[off + HEADER.size : end]).decode()
+                cls = CollectiveEnter if ftype == COLL_ENTER else CollectiveLeave
+                self._event(cls(rx.proc, op))
+        elif ftype == PROGRESS:
+            rx = self._local_rx(conn)
+            body = bytes(buf[off + HEADER.size : end])
+            (value,) = _PROGRESS_VALUE.unpack_from(body)
+            try:
+                self.hooks.on_progress(rx.proc, body[_PROGRESS_VALUE.size :].decode(), value)
+            except Exception:
+                log.exception("nic %d: on_progress hook failed", self.node)
+        elif ftype == HELLO:
+            if conn.job is not None:
+                raise _ProtocolError("second HELLO/PEER on one connection")
+            conn.job = bytes(buf[off + HEADER.size : end]).decode()
+            conn.rank = a
+            conn.local = True
+            rx = self._receiver(conn.job, a)
+            if rx.conn is not None:
+                raise _ProtocolError(f"{rx.proc} is already connected")
+            rx.conn = conn
+            if rx.go:  # the agent said go before the worker got here
+                conn.transport.write(HEADER.pack(0, GO, 0, 0, 0, 0, 0))
+            try:
+                self.hooks.on_hello(rx.proc, b)
+            except Exception:
+                log.exception("nic %d: on_hello hook failed", self.node)
+        elif ftype == PEER:
+            if conn.job is not None:
+                raise _ProtocolError("second HELLO/PEER on one connection")
+            job, _, src_nic = bytes(buf[off + HEADER.size : end]).decode().partition("\n")
+            conn.job = job
+            conn.rank = a
+            conn.src_link = None if src_nic == self.address else src_nic
+        elif ftype == BYE:
+            conn.bye = True
+        else:
+            raise _ProtocolError(f"unknown frame type {ftype}")
+
+    def _local_rx(self, conn: _Conn) -> _Rx:
+        if not conn.local:
+            raise _ProtocolError("only the worker's own-node connection may send this frame")
+        return self._rx[(conn.job, conn.rank)]
+
+    def _delay(self, src_link: str, rx: _Rx, msg: tuple, nbytes: int) -> None:
+        link = self._links.get(src_link)
+        if link is None:
+            link = self._links[src_link] = _Link()
+        now = self._loop.time()  # CLOCK_MONOTONIC, like Clock
+        tdf = self.clock.tdf
+        tx = nbytes / self.bandwidth_Bps * tdf if self.bandwidth_Bps else 0.0
+        link.free_at = max(now, link.free_at) + tx
+        link.queue.append((link.free_at + self.latency_s * tdf, rx, msg))
+        if link.timer is None:
+            link.timer = self._loop.call_at(link.queue[0][0], self._drain, link)
+
+    def _drain(self, link: _Link) -> None:
+        link.timer = None
+        now = self._loop.time()
+        q = link.queue
+        while q and q[0][0] <= now:
+            _, rx, msg = q.popleft()
+            self._arrive(rx, msg)
+        if q:
+            link.timer = self._loop.call_at(q[0][0], self._drain, link)
+
+    def _arrive(self, rx: _Rx, msg: tuple) -> None:
+        self._arrivals += 1
+        rx.queue.append(msg)
+        if self.report_messages:
+            self._event(MessageArrived(rx.proc, msg[0], len(rx.queue)))
+        if rx.want is not None:
+            self._try_deliver(rx)
+
+    def _try_deliver(self, rx: _Rx) -> bool:
+        want_src, want_tag, _ = rx.want
+        q = rx.queue
+        for i, (src, tag, frame) in enumerate(q):
+            if _matches(src, tag, want_src, want_tag):
+                if i == 0:
+                    q.popleft()
+                else:
+                    del q[i]
+                rx.want = None
+                self._messages_out += 1
+                self._bytes_out += len(frame) - HEADER.size
+                rx.conn.transport.write(frame)
+                if self.report_messages:
+                    self._event(MessageConsumed(rx.proc, len(q)))
+                return True
+        return False
+
+    def _fail(self, rx: _Rx, reason: str) -> None:
+        rx.want = None
+        body = reason.encode()
+        rx.conn.transport.write(HEADER.pack(len(body), ERROR, 0, 0, 0, 0, 0) + body)
+
+    def _event(self, event) -> None:
+        try:
+            self.hooks.on_local_event(event)
+        except Exception:
+            log.exception("nic %d: on_local_event hook failed", self.node)
+
+    def _conn_lost(self, conn: _Conn) -> None:
+        self._conns.discard(conn)
+        if conn.job is None:
+            return
+        if conn.local:
+            rx = self._rx.get((conn.job, conn.rank))
+            if rx is not None and rx.conn is conn:
+                rx.conn = None
+                rx.want = None
+                try:
+                    self.hooks.on_disconnect(rx.proc)
+                except Exception:
+                    log.exception("nic %d: on_disconnect hook failed", self.node)
+        if not conn.bye and conn.job not in self._failed:
+            # The worker died (no BYE): no receiver of its job waiting here may ever be answered, so
+            # fail them now rather than let them hang (the job has failed anyway).
+            reason = f"rank {conn.rank} of job {conn.job} disconnected without closing (died?)"
+            self._failed[conn.job] = reason
+            for (job, _), rx in self._rx.items():
+                if job == conn.job and rx.want is not None and rx.conn is not None:
+                    self._fail(rx, reason)

@@ -1,0 +1,368 @@
+"""tbcomm end to end: real worker processes, real NICs (each in its own asyncio loop thread), real sockets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from testbed.schedulers.base import (
+    CollectiveEnter,
+    CollectiveLeave,
+    MessageArrived,
+    MessageConsumed,
+    Proc,
+    ReceiverBlocked,
+    ReceiverWaiting,
+)
+
+from testbed.clock import Clock
+from testbed.loop import LoopThread
+from testbed.nic import Nic
+
+# One worker program for every test; argv[1] picks the scenario, results come back as JSON on stdout.
+WORKER = r"""
+import json, os, struct, sys, time
+from testbed.apps.tbcomm import ANY, Comm
+scenario = sys.argv[1]
+c = Comm.from_env()
+r = c.rank
+out = {}
+if scenario == "pingpong":
+    if r == 0:
+        c.send(1, b"ping", tag=5)
+        out["reply"] = c.recv(1).decode()
+    else:
+        data = c.recv(0, 5)
+        c.send(0, data + b"-pong")
+elif scenario == "anysrc":
+    if r == 0:
+        msgs = [c.recv_msg(ANY) for _ in range(c.size - 1)]
+        out["srcs"] = sorted(m[0] for m in msgs)
+        out["ok"] = all(m[2] == str(m[0]).encode() for m in msgs)
+    else:
+        c.send(0, str(r).encode())
+elif scenario == "tags":
+    if r == 0:
+        c.send(1, b"one", tag=1)
+        c.send(1, b"two", tag=2)
+        c.send(1, b"three", tag=3)
+    else:
+        out["got"] = [c.recv(0, 2).decode(), c.recv(ANY, ANY).decode(), c.recv_msg(0, ANY)[1]]
+elif scenario == "coll":
+    import numpy as np
+    c.barrier()
+    out["bcast"] = c.bcast(b"root-data" if r == 1 else None, root=1).decode()
+    out["sum"] = c.allreduce(float(r + 1))
+    out["max"] = c.allreduce(float(r), op="max")
+    out["min"] = c.allreduce(float(r), op="min")
+    out["arr"] = c.allreduce(np.arange(3, dtype=np.float64) * (r + 1)).tolist()
+    c.barrier()
+elif scenario == "waitmodes":
+    for mode in ("spin", "block", "spin-block"):
+        if r == 0:
+            t0 = time.process_time()
+            c.recv(1, mode=mode)
+            out[mode] = time.process_time() - t0
+            c.send(1, b"next")
+        else:
+            time.sleep(0.25)
+            c.send(0, b"x")
+            c.recv(0)
+elif scenario == "events":
+    if r == 0:
+        for i in range(3):
+            c.send(1, bytes([i]))
+        sys.stdin.readline()  # the test saw the receiver block
+        c.send(1, b"late")
+    else:
+        sys.stdin.readline()  # the test saw the three arrivals
+        out["got"] = [c.recv(0)[0] for _ in range(3)]
+        out["late"] = c.recv(0, mode="spin-block").decode()
+    c.barrier()
+elif scenario == "gate":
+    open(os.environ["MARKER"], "w").close()
+elif scenario == "latency":
+    for size in (8, 20000, 8):
+        if r == 0:
+            time.sleep(0.03)  # let the receiver post its RECV first
+            c.send(1, struct.pack("d", time.monotonic()) + bytes(size - 8))
+            c.recv(1)
+        else:
+            data = c.recv(0)
+            out.setdefault("delays", []).append(time.monotonic() - struct.unpack_from("d", data)[0])
+            c.send(0, b"ack")
+c.close()
+print(json.dumps(out), flush=True)
+"""
+
+
+class Recorder:
+    """NicHooks that remember everything; with auto_go the NIC releases workers at once."""
+
+    def __init__(self, auto_go: bool = True) -> None:
+        self.auto_go = auto_go
+        self.nic: Nic | None = None
+        self.cond = threading.Condition()
+        self.hellos: list[tuple[Proc, int]] = []
+        self.events: list = []
+        self.progress: list[tuple[Proc, str, float]] = []
+        self.disconnects: list[Proc] = []
+
+    def _add(self, lst: list, item) -> None:
+        with self.cond:
+            lst.append(item)
+            self.cond.notify_all()
+
+    def on_hello(self, proc: Proc, pid: int) -> None:
+        self._add(self.hellos, (proc, pid))
+        if self.auto_go:
+            self.nic.go(proc)
+
+    def on_local_event(self, event) -> None:
+        self._add(self.events, event)
+
+    def on_progress(self, proc: Proc, unit: str, value: float) -> None:
+        self._add(self.progress, (proc, unit, value))
+
+    def on_disconnect(self, proc: Proc) -> None:
+        self._add(self.disconnects, proc)
+
+    def wait_for(self, pred: Callable[[], bool], timeout: float = 5.0) -> None:
+        with self.cond:
+            assert self.cond.wait_for(pred, timeout), "timed out waiting for NIC hooks"
+
+
+class Cluster:
+    """``n`` NICs, each in its own loop thread, and helpers to start workers against them."""
+
+    def __init__(
+        self,
+        n: int,
+        tdf: float = 1.0,
+        auto_go: bool = True,
+        per_node: dict[int, dict] | None = None,
+        **kw,
+    ) -> None:
+        self.clock = Clock.starting_now(tdf)
+        self.threads: list[LoopThread] = []
+        self.nics: list[Nic] = []
+        self.hooks: list[Recorder] = []
+        self.addrs: list[str] = []
+        self.procs: list[subprocess.Popen] = []
+        for node in range(n):
+            lt = LoopThread(f"nic{node}")
+            rec = Recorder(auto_go)
+            nic_kw = {**kw, **(per_node or {}).get(node, {})}
+            nic = lt.call(lambda node=node, rec=rec, nic_kw=nic_kw: Nic(node, rec, self.clock, **nic_kw))
+            rec.nic = nic
+            self.addrs.append(lt.call(nic.start))
+            self.threads.append(lt)
+            self.nics.append(nic)
+            self.hooks.append(rec)
+
+    def env(self, job: str, rank: int, nodes: list[int], **extra) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.clock.to_env())
+        env.update(
+            TB_JOB=job,
+            TB_RANK=str(rank),
+            TB_SIZE=str(len(nodes)),
+            TB_NICS=",".join(self.addrs[n] for n in nodes),
+            TB_NODE_NIC=self.addrs[nodes[rank]],
+            TB_ITERS_PER_UNIT="1000",
+            TB_RUN_ID="test",
+        )
+        env.update({k: str(v) for k, v in extra.items()})
+        return env
+
+    def start(self, args: list[str], job: str, nodes: list[int], stdin: bool = False, **extra):
+        procs = []
+        for rank in range(len(nodes)):
+            p = subprocess.Popen(
+                [sys.executable, *args],
+                env=self.env(job, rank, nodes, **extra),
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            procs.append(p)
+            self.procs.append(p)
+        return procs
+
+    def worker(self, scenario: str, job: str, nodes: list[int], **kw):
+        return self.start(["-c", WORKER, scenario], job, nodes, **kw)
+
+    def on_loop(self, node: int, fn, *args):
+        return self.threads[node].call(fn, *args)
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        for lt, nic in zip(self.threads, self.nics, strict=True):
+            lt.call(nic.close, timeout=5)
+            lt.stop()
+
+
+def results(procs, timeout: float = 10.0) -> list[dict]:
+    out = []
+    for p in procs:
+        try:
+            stdout, stderr = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            stdout, stderr = p.communicate()
+            pytest.fail(f"worker timed out; stderr: {stderr}")
+        assert p.returncode == 0, f"worker exited {p.returncode}: {stderr}"
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
+
+
+@pytest.fixture
+def cluster_factory():
+    made: list[Cluster] = []
+
+    def make(n: int, **kw) -> Cluster:
+        c = Cluster(n, **kw)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def test_send_recv_between_two_nodes(cluster_factory) -> None:
+    cl = cluster_factory(2)
+    r0, _ = results(cl.worker("pingpong", "j", [0, 1]))
+    assert r0["reply"] == "ping-pong"
+    s0, s1 = cl.on_loop(0, cl.nics[0].stats), cl.on_loop(1, cl.nics[1].stats)
+    # each NIC received exactly the message addressed to its node's rank
+    assert (s0["messages_in"], s0["messages_out"], s0["bytes_in"]) == (1, 1, 9)
+    assert (s1["messages_in"], s1["messages_out"], s1["bytes_in"]) == (1, 1, 4)
+    assert s0["unconsumed"] == s1["unconsumed"] == 0
+
+
+def test_any_source_and_two_ranks_per_node(cluster_factory) -> None:
+    cl = cluster_factory(2)
+    (r0, *_) = results(cl.worker("anysrc", "j", [0, 0, 1, 1]))
+    assert r0 == {"srcs": [1, 2, 3], "ok": True}
+
+
+def test_tags_select_and_any_tag_keeps_order(cluster_factory) -> None:
+    cl = cluster_factory(2)
+    _, r1 = results(cl.worker("tags", "j", [0, 1]))
+    assert r1["got"] == ["two", "one", 3]
+
+
+def test_collectives_four_ranks_four_nodes(cluster_factory) -> None:
+    cl = cluster_factory(4, report_messages=True)
+    res = results(cl.worker("coll", "j", [0, 1, 2, 3]))
+    for r in res:
+        assert r["bcast"] == "root-data"
+        assert r["sum"] == 10.0 and r["max"] == 3.0 and r["min"] == 0.0
+        assert r["arr"] == [0.0, 10.0, 20.0]
+    for node, rec in enumerate(cl.hooks):
+        ops = [(type(e), e.op) for e in rec.events if isinstance(e, (CollectiveEnter, CollectiveLeave))]
+        assert ops[:2] == [(CollectiveEnter, "barrier"), (CollectiveLeave, "barrier")]
+        assert ops.count((CollectiveEnter, "allreduce")) == 4
+        assert all(e.proc == Proc("j", node) for e in rec.events)
+
+
+def test_wait_modes_spin_burns_cpu_block_does_not(cluster_factory) -> None:
+    cl = cluster_factory(2, report_messages=True)
+    r0, _ = results(cl.worker("waitmodes", "j", [0, 1], TB_SPIN_US=100_000))
+    # the sender sleeps 0.25 s before each message
+    # (loose bounds: the CPUs are shared, so a spinner does not get a whole core)
+    assert r0["spin"] > 0.08, r0
+    assert r0["block"] < 0.03, r0
+    assert 0.02 < r0["spin-block"] < 0.15, r0
+    waits = [e.mode for e in cl.hooks[0].events if isinstance(e, ReceiverWaiting)]
+    assert waits == ["spin", "block", "spin-block"]
+    assert sum(isinstance(e, ReceiverBlocked) for e in cl.hooks[0].events) == 1
+
+
+def test_nic_reports_arrivals_waits_and_unconsumed(cluster_factory) -> None:
+    cl = cluster_factory(2, report_messages=True)
+    p0, p1 = cl.worker("events", "j", [0, 1], stdin=True, TB_SPIN_US=2000)
+    rec = cl.hooks[1]
+    rx = Proc("j", 1)
+    rec.wait_for(lambda: sum(isinstance(e, MessageArrived) for e in rec.events) == 3)
+    assert cl.on_loop(1, cl.nics[1].unconsumed, rx) == 3
+    assert cl.on_loop(1, cl.nics[1].stats)["unconsumed"] == 3
+    p1.stdin.write("go\n")
+    p1.stdin.flush()
+    rec.wait_for(lambda: any(isinstance(e, ReceiverBlocked) for e in rec.events))
+    p0.stdin.write("go\n")
+    p0.stdin.flush()
+    _, r1 = results([p0, p1])
+    assert r1 == {"got": [0, 1, 2], "late": "late"}
+    msg_events = [e for e in rec.events if not isinstance(e, (CollectiveEnter, CollectiveLeave))]
+    assert msg_events[:10] == [
+        MessageArrived(rx, 0, 1),
+        MessageArrived(rx, 0, 2),
+        MessageArrived(rx, 0, 3),
+        MessageConsumed(rx, 2),
+        MessageConsumed(rx, 1),
+        MessageConsumed(rx, 0),
+        ReceiverWaiting(rx, "spin-block"),
+        ReceiverBlocked(rx),
+        MessageArrived(rx, 0, 1),
+        MessageConsumed(rx, 0),
+    ]
+    rec.wait_for(lambda: rec.disconnects == [rx])
+
+
+def test_no_message_events_unless_asked(cluster_factory) -> None:
+    cl = cluster_factory(2)
+    results(cl.worker("pingpong", "j", [0, 1]))
+    assert cl.hooks[0].events == cl.hooks[1].events == []
+
+
+def test_hello_go_gate(cluster_factory, tmp_path) -> None:
+    cl = cluster_factory(1, auto_go=False)
+    marker = tmp_path / "started"
+    (p,) = cl.worker("gate", "j", [0], MARKER=marker)
+    rec = cl.hooks[0]
+    rec.wait_for(lambda: len(rec.hellos) == 1)
+    assert rec.hellos == [(Proc("j", 0), p.pid)]
+    time.sleep(0.2)
+    assert not marker.exists() and p.poll() is None  # held at the gate
+    cl.on_loop(0, cl.nics[0].go, Proc("j", 0))
+    results([p])
+    assert marker.exists()
+
+
+def test_go_before_hello_lets_worker_through(cluster_factory, tmp_path) -> None:
+    cl = cluster_factory(1, auto_go=False)
+    cl.nics[0].go(Proc("j", 0))  # from another thread, and before the worker exists
+    (p,) = cl.worker("gate", "j", [0], MARKER=tmp_path / "m")
+    results([p])
+
+
+def test_latency_and_bandwidth_emulation(cluster_factory) -> None:
+    # only node 1's link is slow: 5 ms latency, 1 MB/s, at TDF 2
+    cl = cluster_factory(2, tdf=2.0, per_node={1: {"latency_s": 0.005, "bandwidth_Bps": 1e6}})
+    _, r1 = results(cl.worker("latency", "j", [0, 1]))
+    small1, big, small2 = r1["delays"]
+    assert 0.010 <= small1 < 0.025, r1  # (5 ms + 8 B / 1 MB/s) x 2
+    assert 0.050 <= big < 0.070, r1  # (5 ms + 20 ms) x 2
+    assert 0.010 <= small2 < 0.025, r1
+
+
+def test_worker_exits_with_reason_when_nic_vanishes(cluster_factory) -> None:
+    cl = cluster_factory(1, auto_go=False)
+    (p,) = cl.worker("gate", "j", [0], MARKER="/nonexistent/never")
+    cl.hooks[0].wait_for(lambda: len(cl.hooks[0].hellos) == 1)
+    cl.on_loop(0, cl.nics[0].close)
+    _, stderr = p.communicate(timeout=10)
+    assert p.returncode != 0
+    assert "closed the connection" in stderr
