@@ -1,0 +1,443 @@
+"""The node agent: one emulated node (DESIGN.md, decision 2).
+
+It owns the node's worker processes (spawned from its loop thread, so they die with it), applies the local
+policy through the mechanism (stop/continue, nice), samples per-process CPU time from the kernel, switches
+gang slots on its own timer at the announced emulated time, hosts the node's NIC, and records events.
+
+All state lives on one loop thread (``LoopThread``); public methods may be called from any thread (Ray's
+executor threads) and marshal onto it. The class is plain Python; ``testbed.cluster`` wraps it as a Ray
+actor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed import events as ev
+from testbed.clock import Clock
+from testbed.loop import LoopThread
+from testbed.mechanism.envelope import make_envelope
+from testbed.mechanism.priority import raise_thread_priority
+from testbed.mechanism.process import Worker, spawn
+from testbed.nic import Nic
+from testbed.schedulers import registry
+from testbed.schedulers.base import (
+    LocalDecision,
+    Proc,
+    ProcAdded,
+    ProcExited,
+    SlotStart,
+    Timer,
+    UtilizationSample,
+)
+
+#: How often (emulated s) live processes' CPU time is sampled when nothing else samples it.
+SAMPLE_PERIOD_S = 1.0
+
+
+@dataclass
+class NodeConfig:
+    run_id: str
+    node: int
+    run_dir: str
+    tdf: float
+    cpu_rate: float = 1.0
+    cores: int = 1
+    envelope: str = "auto"
+    scheduler: str = "local"
+    params: dict = field(default_factory=dict)
+    seed: int = 0
+    latency_s: float = 0.0
+    bandwidth_Bps: float | None = None
+
+
+@dataclass
+class _ProcState:
+    proc: Proc
+    worker: Worker
+    running: bool = True
+    nice: int = 0
+    cpu_at_sample: float = 0.0
+    t_at_sample: float = 0.0
+    log: str = ""
+
+
+def _stderr_tail(path: str, limit: int = 400) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            lines = fh.read().decode(errors="replace").strip().splitlines()
+            return lines[-1] if lines else ""
+    except OSError:
+        return ""
+
+
+class NodeAgent:
+    def __init__(self, cfg: NodeConfig | dict) -> None:
+        self.cfg = cfg if isinstance(cfg, NodeConfig) else NodeConfig(**cfg)
+        self.node = self.cfg.node
+        self.run_dir = Path(self.cfg.run_dir)
+        (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "io").mkdir(parents=True, exist_ok=True)
+        # Until the run's clock is set, emulated time is measured from agent start.
+        self.clock = Clock.starting_now(self.cfg.tdf)
+        self.events = ev.EventWriter(self.run_dir / "events" / f"node{self.node}.jsonl", f"node{self.node}")
+        self.sched = registry.get(self.cfg.scheduler)
+        self.policy = self.sched.make_local(self.node, self.cfg.params, self.cfg.seed)
+        self.wants_util = getattr(self.policy, "wants_utilization", False)
+        self.procs: dict[Proc, _ProcState] = {}
+        self.exits: list[dict] = []
+        self.notify: Callable[[str, dict], Any] | None = None
+        self.iters_per_unit: int | None = None
+        self.switches = 0
+        self.closed = False
+        self._wakeup = None
+        self._sampler = None
+        # The loop thread spawns every worker: PR_SET_PDEATHSIG fires when the forking *thread* dies, so
+        # the spawner must live as long as the agent.
+        self.lt = LoopThread(f"node{self.node}", on_start=raise_thread_priority)
+        self.priority = self.lt.start_result
+        self.envelope = make_envelope(
+            self.cfg.envelope,
+            run_id=self.cfg.run_id,
+            node=self.node,
+            cpu_rate=self.cfg.cpu_rate,
+            tdf=self.cfg.tdf,
+            cores=self.cfg.cores,
+        )
+        self.envelope.create()
+        self.nic = Nic(
+            self.node,
+            self,
+            self.clock,
+            report_messages=self.policy.wants_message_events,
+            latency_s=self.cfg.latency_s,
+            bandwidth_Bps=self.cfg.bandwidth_Bps,
+        )
+        self.nic_address = self.lt.call(self.nic.start)
+        self.events.emit(
+            ev.RUN_INFO,
+            t=0.0,
+            node=self.node,
+            pid=os.getpid(),
+            priority=self.priority,
+            envelope=self.envelope.kind,
+            envelope_note=getattr(self.envelope, "note", "") or "",
+            nic=self.nic_address,
+        )
+
+    # ----------------------------------------------------------------------------------------------------
+    # Public API (any thread)
+
+    def info(self) -> dict:
+        return {
+            "node": self.node,
+            "pid": os.getpid(),
+            "nic": self.nic_address,
+            "priority": self.priority,
+            "envelope": self.envelope.kind,
+            "envelope_note": getattr(self.envelope, "note", "") or "",
+            "configured_rate": self.envelope.configured_rate(),
+        }
+
+    def ping(self) -> int:
+        return self.node
+
+    def set_run(
+        self, t0: float, iters_per_unit: int, notify: Callable[[str, dict], Any] | None = None
+    ) -> None:
+        """Fixes the run's clock and calibration; ``notify(kind, payload)`` reports process exits."""
+
+        def _set():
+            self.clock = Clock(self.cfg.tdf, t0)
+            self.nic.clock = self.clock
+            self.events.clock = self.clock
+            self.iters_per_unit = iters_per_unit
+            self.notify = notify
+            self._schedule_sample()
+
+        self.lt.call(_set)
+
+    def probe(self, seconds: float, start_at: float) -> dict:
+        """Runs the work loop flat out in the envelope from ``start_at`` (CLOCK_MONOTONIC) for ``seconds``
+        and reports the delivered CPU rate and the calibration it implies."""
+        log = str(self.run_dir / "logs" / f"probe.node{self.node}.out")
+        err = str(self.run_dir / "logs" / f"probe.node{self.node}.err")
+        argv = [
+            sys.executable,
+            "-m",
+            "testbed.apps.probe",
+            "--seconds",
+            repr(seconds),
+            "--start-at",
+            repr(start_at),
+        ]
+        worker = self.lt.call(
+            lambda: spawn(
+                argv, env=self._env({}), cwd=str(self.run_dir), stdout=log, stderr=err, envelope=self.envelope
+            )
+        )
+        code = worker.popen.wait(timeout=seconds + 60 + max(0.0, start_at - time.monotonic()))
+        if code != 0:
+            raise RuntimeError(f"node {self.node}: CPU-rate probe failed (exit {code}): {_stderr_tail(err)}")
+        with open(log) as fh:
+            out = json.loads(fh.read().strip().splitlines()[-1])
+        delivered = out["cpu_s"] / out["wall_s"]  # real cores
+        configured = self.envelope.configured_rate() or self.cfg.cpu_rate * self.cfg.cores / self.cfg.tdf
+        return {
+            "node": self.node,
+            "configured": configured,
+            "delivered": delivered,
+            "error": (delivered - configured) / configured,
+            "iters_per_unit": out["iters_per_unit"],
+        }
+
+    def record_probe(self, result: dict) -> None:
+        self.events.emit(ev.RATE_PROBE, t=0.0, **result)
+
+    def start_proc(self, job_id: str, rank: int, size: int, nics: list[str], app: dict) -> int:
+        return self.lt.call(self._start_proc, job_id, rank, size, nics, app)
+
+    def dispatch(self, at: float, slot: int, allowed: list[str]) -> None:
+        self.lt.loop.call_soon_threadsafe(self._arm_switch, at, slot, frozenset(allowed))
+
+    def kill_job(self, job_id: str, reason: str) -> int:
+        return self.lt.call(self._kill_job, job_id, reason)
+
+    def stats(self) -> dict:
+        return self.lt.call(self._stats)
+
+    def shutdown(self) -> dict:
+        """Kills every worker (stopped ones included), removes the envelope, closes the log."""
+        if self.closed:
+            return {"node": self.node, "killed": 0}
+        killed = 0
+        try:
+            killed = self.lt.call(self._kill_all, "node shut down", timeout=30)
+            self.lt.call(self.nic.close, timeout=10)
+        finally:
+            self.lt.stop()
+            self.envelope.destroy()
+            self.events.close()
+            self.closed = True
+        return {"node": self.node, "killed": killed}
+
+    # ----------------------------------------------------------------------------------------------------
+    # NIC hooks (loop thread)
+
+    def on_hello(self, proc: Proc, pid: int) -> None:
+        # The process was stopped at spawn if the policy did not allow it; GO only releases the barrier
+        # that keeps a worker from starting its work before the agent has applied the policy.
+        self.nic.go(proc)
+
+    def on_local_event(self, event) -> None:
+        self._apply(self.policy.on_event(self.clock.now(), event))
+
+    def on_progress(self, proc: Proc, unit: str, value: float) -> None:
+        self.events.emit(ev.PROGRESS, node=self.node, job=proc.job_id, rank=proc.rank, unit=unit, value=value)
+
+    def on_disconnect(self, proc: Proc) -> None:
+        pass  # the pidfd tells when the process is really gone
+
+    # ----------------------------------------------------------------------------------------------------
+    # Loop-thread internals
+
+    def _env(self, extra: dict) -> dict:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        env.update(self.clock.to_env())
+        env.update(
+            {
+                "TB_RUN_ID": self.cfg.run_id,
+                "TB_NODE": str(self.node),
+                "TB_NODE_NIC": self.nic_address,
+                "TB_IO_DIR": str(self.run_dir / "io"),
+                "OMP_NUM_THREADS": "1",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        if self.iters_per_unit:
+            env["TB_ITERS_PER_UNIT"] = str(self.iters_per_unit)
+        env.update(extra)
+        return env
+
+    def _start_proc(self, job_id: str, rank: int, size: int, nics: list[str], app: dict) -> int:
+        proc = Proc(job_id, rank)
+        argv = [
+            sys.executable, "-m", "testbed.apps.synthetic",
+            "--iterations", str(app["iterations"]),
+            "--gcomp", repr(float(app["gcomp"])),
+            "--gio", str(app["gio"]),
+            "--io-bytes", str(app["io_bytes"]),
+            "--io-time-ms", repr(float(app["io_time_ms"])),
+            "--wait-mode", app["wait_mode"],
+            "--spin-us", repr(float(app["spin_time_us"])),
+        ]  # fmt: skip
+        if not app.get("barrier", True):
+            argv.append("--no-barrier")
+        env = self._env(
+            {
+                "TB_JOB": job_id,
+                "TB_RANK": str(rank),
+                "TB_SIZE": str(size),
+                "TB_NICS": ",".join(nics),
+                "TB_WAIT_MODE": app["wait_mode"],
+                "TB_SPIN_US": repr(float(app["spin_time_us"])),
+            }
+        )
+        base = self.run_dir / "logs" / f"{job_id}.{rank}"
+        worker = spawn(
+            argv,
+            env=env,
+            cwd=str(self.run_dir),
+            stdout=f"{base}.out",
+            stderr=f"{base}.err",
+            envelope=self.envelope,
+        )
+        now = self.clock.now()
+        st = _ProcState(proc, worker, running=True, t_at_sample=now, log=f"{base}.err")
+        self.procs[proc] = st
+        self.lt.loop.add_reader(worker.pidfd, self._on_exit, proc)
+        self.events.emit(ev.PROC_STARTED, t=now, node=self.node, job=job_id, rank=rank, pid=worker.pid)
+        self._apply(self.policy.on_event(now, ProcAdded(proc)))
+        return worker.pid
+
+    def _on_exit(self, proc: Proc, killed: str | None = None) -> None:
+        """Records a worker's end: its own exit (the pidfd became readable) or a kill by the agent."""
+        st = self.procs.pop(proc, None)
+        if st is None:
+            return
+        self.lt.loop.remove_reader(st.worker.pidfd)
+        try:
+            cpu = st.worker.cpu_time_s()  # still readable: the zombie is not reaped yet
+        except (OSError, ValueError):
+            cpu = st.cpu_at_sample
+        code = st.worker.kill() if killed else st.worker.reap()
+        st.worker.close()
+        now = self.clock.now()
+        reason = None
+        if killed:
+            reason = f"killed by the agent: {killed}"
+        elif code != 0:
+            reason = _stderr_tail(st.log) or (
+                f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            )
+            if code < 0 and "signal" not in reason:
+                reason = f"killed by signal {-code}; last output: {reason}"
+        rec = {"job": proc.job_id, "rank": proc.rank, "node": self.node, "code": code, "cpu_s": cpu,
+               "reason": reason}  # fmt: skip
+        self.events.emit(ev.PROC_EXITED, t=now, **rec)
+        self.exits.append(rec)
+        self._apply(self.policy.on_event(now, ProcExited(proc)))
+        if not any(p.job_id == proc.job_id for p in self.procs):
+            self.nic.drop_job(proc.job_id)  # frees messages nobody will consume
+        if self.notify is not None:
+            self.notify("proc_exited", rec)
+
+    def _apply(self, decision: LocalDecision) -> float | None:
+        """Brings the processes in line with a decision; returns when the change took effect
+        (CLOCK_MONOTONIC after the last signal), or None if nothing changed."""
+        effect = None
+        if decision.run is not None:
+            stop = [st for p, st in self.procs.items() if st.running and p not in decision.run]
+            cont = [st for p, st in self.procs.items() if not st.running and p in decision.run]
+            # Stop before continuing so the node never runs both sets at once.
+            for st in stop:
+                st.worker.stop()
+                st.running = False
+            for st in cont:
+                st.worker.cont()
+                st.running = True
+            if stop or cont:
+                # SIGCONT makes a task runnable inside kill(); once SIGSTOP's kill() has returned the target
+                # runs no more user-space instructions. So the switch took effect here.
+                effect = time.monotonic()
+        for p, nice in decision.nice.items():
+            st = self.procs.get(p)
+            if st is not None and st.nice != nice:
+                st.worker.set_nice(nice)
+                st.nice = nice
+        if decision.wakeup is not None:
+            if self._wakeup is not None:
+                self._wakeup.cancel()
+            self._wakeup = self.lt.loop.call_at(self.clock.real_at(decision.wakeup), self._on_wakeup)
+        return effect
+
+    def _on_wakeup(self) -> None:
+        self._wakeup = None
+        self._apply(self.policy.on_event(self.clock.now(), Timer()))
+
+    def _arm_switch(self, at: float, slot: int, allowed: frozenset[str]) -> None:
+        self.lt.loop.call_at(self.clock.real_at(at), self._switch, at, slot, allowed)
+
+    def _switch(self, at: float, slot: int, allowed: frozenset[str]) -> None:
+        t_real = time.monotonic()
+        if self.wants_util:
+            self._sample(emit=False)
+        effect = self._apply(self.policy.on_event(self.clock.emu_at(t_real), SlotStart(slot, allowed)))
+        if effect is None:
+            effect = t_real  # nothing to change: the node was already in the slot's state
+        self.switches += 1
+        e_emu = self.clock.emu_at(effect)
+        self.events.emit(ev.SLOT_SWITCH, t=e_emu, node=self.node, slot=slot, at=at, effect=e_emu,
+                         late_ms=(e_emu - at) * 1000.0)  # fmt: skip
+
+    def _sample(self, emit: bool) -> None:
+        now = self.clock.now()
+        for p, st in list(self.procs.items()):
+            try:
+                cpu = st.worker.cpu_time_s()
+            except (OSError, ValueError):
+                continue
+            dt = now - st.t_at_sample
+            if emit:
+                self.events.emit(ev.PROC_CPU, t=now, node=self.node, job=p.job_id, rank=p.rank, cpu_s=cpu)
+            if self.wants_util and dt > 0:
+                util = (cpu - st.cpu_at_sample) / (dt * self.cfg.cpu_rate * self.cfg.cores)
+                self._apply(self.policy.on_event(now, UtilizationSample(p, util, dt)))
+            st.cpu_at_sample, st.t_at_sample = cpu, now
+
+    def _schedule_sample(self) -> None:
+        if self._sampler is not None:
+            self._sampler.cancel()
+
+        def tick():
+            self._sample(emit=True)
+            self._sampler = self.lt.loop.call_later(self.clock.real(SAMPLE_PERIOD_S), tick)
+
+        self._sampler = self.lt.loop.call_later(self.clock.real(SAMPLE_PERIOD_S), tick)
+
+    def _kill_job(self, job_id: str, reason: str) -> int:
+        n = 0
+        for p in [p for p in self.procs if p.job_id == job_id]:
+            self._on_exit(p, killed=reason)
+            n += 1
+        if n:
+            self.events.emit(ev.RUN_INFO, node=self.node, killed_job=job_id, reason=reason, processes=n)
+        return n
+
+    def _kill_all(self, reason: str) -> int:
+        if self._sampler is not None:
+            self._sampler.cancel()
+        procs = list(self.procs)
+        for p in procs:
+            self._on_exit(p, killed=reason)
+        return len(procs)
+
+    def _stats(self) -> dict:
+        return {
+            "node": self.node,
+            "procs": len(self.procs),
+            "running": sum(st.running for st in self.procs.values()),
+            "switches": self.switches,
+            "envelope_cpu_s": self.envelope.cpu_usage_s(),
+            "nic": self.nic.stats(),
+        }

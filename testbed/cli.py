@@ -1,0 +1,133 @@
+"""The ``testbed`` command."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Cluster CPU-scheduling emulation testbed."
+)
+err = Console(stderr=True)
+out = Console()
+
+
+def _sigterm_to_interrupt(signum, frame):
+    # SIGTERM takes the same teardown path as Ctrl-C: no worker, cgroup or actor is left behind.
+    raise KeyboardInterrupt
+
+
+@app.command()
+def run(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML file")],
+    backend: Annotated[
+        str, typer.Option(help="ray (real processes) or sim (discrete-event simulator)")
+    ] = "ray",
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="override a field: --set scheduler.name=batch (repeatable)"),
+    ] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="results folder (default: results/NAME-...)")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
+) -> None:
+    """Run a scenario and write a results folder (events.jsonl, jobs.csv, summary.json)."""
+    from testbed import results, runner
+    from testbed.scenario import ScenarioError, load
+
+    try:
+        scn = load(scenario, set_ or [])
+    except ScenarioError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    if backend not in runner.BACKENDS:
+        err.print(
+            f"[red]error:[/red] --backend: unknown backend '{backend}'; known: {', '.join(runner.BACKENDS)}"
+        )
+        raise typer.Exit(2)
+    dest = out_dir or runner.default_out(scn, backend)
+    signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("jobs  t={task.fields[now]:.1f} s emulated  {task.fields[counts]}"),
+        TimeElapsedColumn(),
+        console=err,
+        disable=quiet,
+        transient=False,
+    )
+    task = progress.add_task(scn.name, total=None, now=0.0, counts="")
+
+    def on_phase(text: str) -> None:
+        progress.update(task, description=f"{scn.name}: {text}")
+
+    def on_status(st: dict) -> None:
+        counts = " ".join(f"{k}={v}" for k, v in sorted(st["counts"].items()) if k != "pending")
+        progress.update(task, total=st["total"], completed=st["final"], now=st["now"], counts=counts)
+
+    try:
+        with progress:
+            summaries = runner.run(scn, backend, dest, on_status=on_status, on_phase=on_phase)
+    except KeyboardInterrupt:
+        err.print(f"[yellow]interrupted[/yellow]: cleaned up; partial results in {dest}")
+        raise typer.Exit(130) from None
+    out.print(results.table(summaries, title=f"{scn.name}: {scn.scheduler.name}, {scn.cluster.nodes} nodes"))
+    for s in summaries:
+        if s.get("envelope_note"):
+            err.print(f"[yellow]warning:[/yellow] {s['envelope_note']}")
+    out.print(f"results: {dest}")
+
+
+@app.command()
+def schedulers() -> None:
+    """List the registered scheduling policies."""
+    from testbed.schedulers import registry
+
+    for sched in registry.all_schedulers():
+        params = ", ".join(f"{k}={v}" for k, v in sched.defaults.items())
+        out.print(f"[bold]{sched.name:<10}[/bold] {sched.summary}  [dim]({params})[/dim]", highlight=False)
+
+
+@app.command()
+def validate(
+    scenario: Path,
+    set_: Annotated[list[str] | None, typer.Option("--set")] = None,
+) -> None:
+    """Check a scenario file and print it with every default filled in."""
+    import yaml
+
+    from testbed.scenario import ScenarioError, load
+
+    try:
+        scn = load(scenario, set_ or [])
+    except ScenarioError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    out.print(yaml.safe_dump(scn.model_dump(mode="json"), sort_keys=False), highlight=False)
+
+
+@app.command()
+def cleanup() -> None:
+    """Remove every worker process and cgroup any testbed run left behind (e.g. after kill -9)."""
+    from testbed.janitor import cleanup_all
+
+    report = cleanup_all()
+    out.print(report)
+
+
+def main() -> None:  # pragma: no cover
+    sys.exit(app())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

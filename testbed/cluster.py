@@ -1,0 +1,201 @@
+"""The Ray backend: a local Ray instance, one NodeAgent actor per emulated node, a Coordinator actor.
+
+Bring-up, the CPU-rate probe (which also calibrates the work unit), the run, and a teardown that every
+exit path goes through. A detached janitor process watches this driver: if the driver is killed
+outright, the janitor removes every worker and cgroup of the run (DESIGN.md, Faults).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from testbed import events as ev
+from testbed.agent import NodeAgent, NodeConfig
+from testbed.coordinator import Coordinator, NodeProxy
+from testbed.jobs import Job
+from testbed.scenario import Scenario
+
+log = logging.getLogger("testbed")
+
+#: Real seconds between the probe's launch and its start: lets 16 interpreters start under their quotas.
+PROBE_START_DELAY_S = 1.5
+#: Real seconds between fixing emulated time 0 and reaching it: every node must know the clock first.
+CLOCK_START_DELAY_S = 0.3
+
+
+class _AgentActor(NodeAgent):
+    """NodeAgent as a Ray actor: process exits are reported to the coordinator actor's handle."""
+
+    def set_run(self, t0, iters_per_unit, coordinator=None):  # type: ignore[override]
+        notify = None
+        if coordinator is not None:
+
+            def notify(kind, payload, _h=coordinator):
+                _h.on_node_event.remote(kind, payload)
+
+        return super().set_run(t0, iters_per_unit, notify)
+
+
+class _RayProxy(NodeProxy):
+    def __init__(self, handle) -> None:
+        self.handle = handle
+
+    def call(self, method: str, *args):
+        return getattr(self.handle, method).remote(*args).future()
+
+
+class _CoordinatorActor(Coordinator):
+    def __init__(self, *args, handles=(), **kwargs):
+        super().__init__(*args, proxies=[_RayProxy(h) for h in handles], **kwargs)
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def run_ray(
+    scn: Scenario,
+    jobs: Sequence[Job],
+    run_dir: Path,
+    tdf: float,
+    on_status: Callable[[dict], None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
+) -> dict:
+    """Runs one repetition on real processes. Returns facts for the summary; events are merged into
+    ``run_dir/events.jsonl`` whatever happens."""
+    import ray
+
+    from testbed.janitor import cleanup_run, start_janitor
+
+    phase = on_phase or (lambda s: None)
+    run_id = new_run_id()
+    t_begin = time.monotonic()
+    facts: dict = {"run_id": run_id}
+    janitor = start_janitor(run_id, [os.getpid()])
+    agents: list = []
+    coordinator = None
+    ended = "error"
+    try:
+        phase("starting Ray")
+        ray.init(
+            include_dashboard=False,
+            logging_level=logging.ERROR,
+            log_to_driver=False,
+            configure_logging=True,
+            namespace=f"testbed-{run_id}",
+        )
+        Agent = ray.remote(num_cpus=0, max_concurrency=8)(_AgentActor)
+        Coord = ray.remote(num_cpus=0, max_concurrency=8)(_CoordinatorActor)
+        c = scn.cluster
+        phase(f"starting {c.nodes} node agents")
+        for n in range(c.nodes):
+            cfg = NodeConfig(
+                run_id=run_id,
+                node=n,
+                run_dir=str(run_dir),
+                tdf=tdf,
+                cpu_rate=c.cpu_rate,
+                cores=c.cores_per_node,
+                envelope=c.envelope,
+                scheduler=scn.scheduler.name,
+                params=scn.scheduler.params,
+                seed=scn.workload.seed,
+                latency_s=c.network.latency_us * 1e-6,
+                bandwidth_Bps=c.network.bandwidth_mbps * 1e6 / 8 if c.network.bandwidth_mbps else None,
+            )
+            agents.append(Agent.options(name=f"node{n}").remote(cfg.__dict__))
+        infos = ray.get([a.info.remote() for a in agents])
+        facts["envelope"] = infos[0]["envelope"]
+        facts["envelope_note"] = infos[0]["envelope_note"]
+        facts["agent_priority"] = sorted({i["priority"] for i in infos})
+        if facts["envelope_note"]:
+            log.warning(facts["envelope_note"])
+
+        if scn.clock.rate_probe_s > 0:
+            phase(f"probing CPU rate ({scn.clock.rate_probe_s:g} s at full load)")
+            start_at = time.monotonic() + PROBE_START_DELAY_S
+            probes = ray.get([a.probe.remote(scn.clock.rate_probe_s, start_at) for a in agents])
+            ray.get([a.record_probe.remote(p) for a, p in zip(agents, probes, strict=True)])
+            ipu = int(statistics.median(p["iters_per_unit"] for p in probes))
+            facts["cpu_rate_error_max"] = max(abs(p["error"]) for p in probes)
+        else:
+            from testbed.apps.work import calibrate
+
+            ipu = calibrate()
+        facts["iters_per_unit"] = ipu
+
+        phase("running")
+        coordinator = Coord.remote(
+            str(run_dir),
+            c.nodes,
+            scn.scheduler.name,
+            scn.scheduler.params,
+            scn.workload.seed,
+            list(jobs),
+            handles=agents,
+            nic_addresses=[i["nic"] for i in infos],
+            tdf=tdf,
+            duration_s=scn.duration_s,
+        )
+        t0 = time.monotonic() + CLOCK_START_DELAY_S
+        ray.get([a.set_run.remote(t0, ipu, coordinator) for a in agents])
+        ray.get(coordinator.start.remote(t0))
+        deadline = t_begin + scn.wall_limit_s
+        while True:
+            st = ray.get(coordinator.status.remote())
+            if on_status:
+                on_status(st)
+            if st["first_start_real"] is not None and "startup_s" not in facts:
+                facts["startup_s"] = st["first_start_real"] - t_begin
+            if st["done"]:
+                ended = st["ended"] or "all jobs ended"
+                break
+            if time.monotonic() > deadline:
+                ended = f"wall_limit_s ({scn.wall_limit_s:g} s real) reached"
+                break
+            time.sleep(0.25)
+        facts["nodes_down"] = st["down"]
+    except KeyboardInterrupt:
+        ended = "interrupted (Ctrl-C)"
+        raise
+    except BaseException as exc:
+        ended = f"error: {type(exc).__name__}: {exc}"
+        raise
+    finally:
+        facts["ended"] = ended
+        _teardown(agents, coordinator, ended)
+        try:
+            ray.shutdown()
+        except Exception as exc:  # noqa: BLE001 - teardown must go on
+            log.warning("ray.shutdown failed: %s", exc)
+        left = cleanup_run(run_id)
+        facts["cleanup"] = left
+        janitor.terminate()
+        try:
+            janitor.wait(timeout=5)
+        except Exception:  # noqa: BLE001
+            janitor.kill()
+        ev.merge(sorted((run_dir / "events").glob("*.jsonl")), run_dir / "events.jsonl")
+    return facts
+
+
+def _teardown(agents: list, coordinator, reason: str) -> None:
+    import ray
+
+    if coordinator is not None:
+        try:
+            ray.get(coordinator.stop.remote(reason), timeout=30)
+        except Exception as exc:  # noqa: BLE001 - a dead coordinator must not stop the agents' teardown
+            log.warning("coordinator stop failed: %s", exc)
+    refs = [a.shutdown.remote() for a in agents]
+    for ref in refs:
+        try:
+            ray.get(ref, timeout=30)
+        except Exception as exc:  # noqa: BLE001 - a dead node's workers died with it; the janitor sweeps
+            log.info("node shutdown failed: %s", exc)

@@ -1,0 +1,233 @@
+"""Results computed from the event log only (DESIGN.md, decision 6): jobs.csv, summary.json, a table.
+
+jobs.csv uses Batsim's column names where they apply. Times are emulated seconds.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed import events as ev
+
+JOB_COLUMNS = [
+    "job_id",
+    "job_class",
+    "submission_time",
+    "requested_number_of_resources",
+    "starting_time",
+    "execution_time",
+    "finish_time",
+    "waiting_time",
+    "turnaround_time",
+    "stretch",
+    "allocated_resources",
+    "cpu_time",
+    "final_state",
+    "reason",
+]
+
+# Batsim's final states, plus REJECTED for admission control.
+COMPLETED = "COMPLETED_SUCCESSFULLY"
+FAILED = "COMPLETED_FAILED"
+KILLED = "COMPLETED_KILLED"
+REJECTED = "REJECTED"
+NOT_STARTED = "NOT_STARTED"  # still queued when the run ended
+
+
+def interval_set(nodes: list[int]) -> str:
+    """Batsim's interval-set notation: [0,1,2,5] -> '0-2 5'."""
+    out, ns = [], sorted(set(nodes))
+    i = 0
+    while i < len(ns):
+        j = i
+        while j + 1 < len(ns) and ns[j + 1] == ns[j] + 1:
+            j += 1
+        out.append(str(ns[i]) if i == j else f"{ns[i]}-{ns[j]}")
+        i = j + 1
+    return " ".join(out)
+
+
+@dataclass
+class RunFacts:
+    nodes: int
+    cpu_rate: float
+    cores_per_node: int
+    idle_watts: float
+    busy_watts: float
+    tdf: float
+    envelope: str
+    backend: str
+    scheduler: str
+
+
+def job_rows(events: list[dict]) -> list[dict]:
+    jobs: dict[str, dict] = {}
+    cpu: dict[str, float] = defaultdict(float)
+    for e in events:
+        kind = e["kind"]
+        if kind == ev.JOB_SUBMITTED:
+            jobs[e["job"]] = {
+                "job_id": e["job"],
+                "job_class": e.get("job_class", ""),
+                "submission_time": e["t"],
+                "requested_number_of_resources": e.get("size"),
+                "starting_time": None,
+                "finish_time": None,
+                "allocated_resources": "",
+                "final_state": NOT_STARTED,
+                "reason": "",
+            }
+        elif e.get("job") not in jobs:
+            continue
+        elif kind == ev.JOB_STARTED:
+            row = jobs[e["job"]]
+            row["starting_time"] = e["t"]
+            row["allocated_resources"] = interval_set(e.get("nodes", []))
+        elif kind in (ev.JOB_FINISHED, ev.JOB_FAILED, ev.JOB_KILLED, ev.JOB_REJECTED):
+            row = jobs[e["job"]]
+            row["finish_time"] = e["t"] if kind != ev.JOB_REJECTED else None
+            row["final_state"] = {
+                ev.JOB_FINISHED: COMPLETED,
+                ev.JOB_FAILED: FAILED,
+                ev.JOB_KILLED: KILLED,
+                ev.JOB_REJECTED: REJECTED,
+            }[kind]
+            row["reason"] = e.get("reason", "") or ""
+        elif kind == ev.PROC_EXITED and e.get("cpu_s") is not None:
+            cpu[e["job"]] += float(e["cpu_s"])
+    rows = []
+    for row in jobs.values():
+        start, finish, sub = row["starting_time"], row["finish_time"], row["submission_time"]
+        if start is not None:
+            row["waiting_time"] = start - sub
+        if start is not None and finish is not None:
+            row["execution_time"] = finish - start
+            row["turnaround_time"] = finish - sub
+            row["stretch"] = (
+                row["turnaround_time"] / row["execution_time"] if row["execution_time"] > 0 else None
+            )
+        row["cpu_time"] = cpu.get(row["job_id"], 0.0)
+        rows.append({c: row.get(c) for c in JOB_COLUMNS})
+    return rows
+
+
+def summarize(events: list[dict], facts: RunFacts) -> dict:
+    rows = job_rows(events)
+    done = [r for r in rows if r["final_state"] == COMPLETED]
+    first = min((r["submission_time"] for r in rows), default=0.0)
+    ends = [r["finish_time"] for r in rows if r["finish_time"] is not None]
+    last_event = max((e["t"] for e in events), default=0.0)
+    makespan = (max(ends) if ends else last_event) - first
+    total_cpu = sum(r["cpu_time"] or 0.0 for r in rows)
+    capacity = facts.nodes * facts.cores_per_node * facts.cpu_rate * makespan
+    util = total_cpu / capacity if capacity > 0 else 0.0
+    # Paper 003: E = (B + X*U) * N * T.
+    energy = (facts.idle_watts + facts.busy_watts * util) * facts.nodes * makespan
+    probes = [e for e in events if e["kind"] == ev.RATE_PROBE]
+    rate_err = max((abs(p["error"]) for p in probes), default=None)
+    counts: dict[str, int] = defaultdict(int)
+    for r in rows:
+        counts[r["final_state"]] += 1
+
+    def mean(vals):
+        vals = [v for v in vals if v is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    skews = slot_skews_ms(events)
+    return {
+        "scheduler": facts.scheduler,
+        "backend": facts.backend,
+        "nodes": facts.nodes,
+        "jobs": len(rows),
+        "jobs_by_state": dict(counts),
+        "mean_response_time_s": mean(r["turnaround_time"] for r in done),
+        "mean_waiting_time_s": mean(r["waiting_time"] for r in done),
+        "mean_slowdown": mean(r["stretch"] for r in done),
+        "utilization": util,
+        "makespan_s": makespan,
+        "energy_j": energy,
+        "power_model": {"idle_watts": facts.idle_watts, "busy_watts": facts.busy_watts},
+        "tdf": facts.tdf,
+        "envelope": facts.envelope,
+        "cpu_rate_fixed": facts.envelope.startswith("cgroup") if facts.backend != "sim" else True,
+        "cpu_rate_error_max": rate_err,
+        "gang_skew_ms_p50": _pct(skews, 50),
+        "gang_skew_ms_p99": _pct(skews, 99),
+        "slot_switches": len(skews),
+    }
+
+
+def slot_skews_ms(events: list[dict]) -> list[float]:
+    """Per slot: latest minus earliest node's switch effect, emulated ms (slots seen by 2+ nodes)."""
+    by_slot: dict[int, list[float]] = defaultdict(list)
+    for e in events:
+        if e["kind"] == ev.SLOT_SWITCH and e.get("effect") is not None:
+            by_slot[e["slot"]].append(e["effect"])
+    return [(max(v) - min(v)) * 1000.0 for v in by_slot.values() if len(v) > 1]
+
+
+def _pct(vals: list[float], q: float) -> float | None:
+    if not vals:
+        return None
+    s = sorted(vals)
+    k = max(0, min(len(s) - 1, math.ceil(q / 100 * len(s)) - 1))
+    return s[k]
+
+
+def write(run_dir: Path, events: list[dict], facts: RunFacts, extra: dict | None = None) -> dict:
+    rows = job_rows(events)
+    with open(run_dir / "jobs.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=JOB_COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow(
+                {k: ("" if v is None else (round(v, 6) if isinstance(v, float) else v)) for k, v in r.items()}
+            )
+    summary = summarize(events, facts)
+    if extra:
+        summary.update(extra)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def table(summaries: list[dict], title: str = "results"):
+    """A rich table of one or more summaries (one column per run)."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    t.add_column("metric")
+    for s in summaries:
+        t.add_column(f"{s['scheduler']} ({s['backend']})", justify="right")
+
+    def fmt(v, unit=""):
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.3f}{unit}" if abs(v) < 1000 else f"{v:,.0f}{unit}"
+        return f"{v}{unit}"
+
+    rows = [
+        ("jobs (finished/total)", lambda s: f"{s['jobs_by_state'].get(COMPLETED, 0)}/{s['jobs']}"),
+        (
+            "failed / killed / rejected",
+            lambda s: "/".join(str(s["jobs_by_state"].get(k, 0)) for k in (FAILED, KILLED, REJECTED)),
+        ),
+        ("mean response time", lambda s: fmt(s["mean_response_time_s"], " s")),
+        ("mean waiting time", lambda s: fmt(s["mean_waiting_time_s"], " s")),
+        ("mean slowdown", lambda s: fmt(s["mean_slowdown"])),
+        ("utilisation", lambda s: fmt(s["utilization"])),
+        ("makespan", lambda s: fmt(s["makespan_s"], " s")),
+        ("energy", lambda s: fmt(s["energy_j"], " J")),
+        ("TDF", lambda s: fmt(s["tdf"])),
+        ("envelope", lambda s: s["envelope"] + ("" if s["cpu_rate_fixed"] else " (rate NOT fixed)")),
+        ("CPU-rate error (max)", lambda s: fmt(s["cpu_rate_error_max"])),
+        ("gang switch skew p99", lambda s: fmt(s["gang_skew_ms_p99"], " ms")),
+    ]
+    for name, f in rows:
+        t.add_row(name, *[f(s) for s in summaries])
+    return t

@@ -1,0 +1,95 @@
+"""Scenario -> results folder, on real processes (``ray``) or in the simulator (``sim``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import yaml
+
+from testbed import events as ev
+from testbed import results
+from testbed.clock import host_cores
+from testbed.scenario import Scenario, effective_tdf
+from testbed.workload import build
+
+BACKENDS = ("ray", "sim")
+
+
+def default_out(scn: Scenario, backend: str) -> Path:
+    return Path("results") / f"{scn.name}-{backend}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _facts(scn: Scenario, backend: str, tdf: float, envelope: str) -> results.RunFacts:
+    c = scn.cluster
+    return results.RunFacts(
+        nodes=c.nodes,
+        cpu_rate=c.cpu_rate,
+        cores_per_node=c.cores_per_node,
+        idle_watts=c.power.idle_watts,
+        busy_watts=c.power.busy_watts,
+        tdf=tdf,
+        envelope=envelope,
+        backend=backend,
+        scheduler=scn.scheduler.name,
+    )
+
+
+def run_once(scn: Scenario, backend: str, run_dir: Path, on_status=None, on_phase=None) -> dict:
+    if backend not in BACKENDS:
+        raise ValueError(f"--backend: unknown backend '{backend}'; known: {', '.join(BACKENDS)}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scn.model_dump(mode="json"), sort_keys=False))
+    jobs = build(scn)
+    if backend == "sim":
+        from testbed.schedulers import registry
+        from testbed.sim import simulate
+
+        events = simulate(
+            jobs,
+            registry.get(scn.scheduler.name),
+            scn.scheduler.params,
+            nodes=scn.cluster.nodes,
+            cpu_rate=scn.cluster.cpu_rate,
+            seed=scn.workload.seed,
+            duration=scn.duration_s,
+            latency_s=scn.cluster.network.latency_us * 1e-6,
+        )
+        ev.write_all(events, run_dir / "events.jsonl")
+        return results.write(run_dir, events, _facts(scn, "sim", 1.0, "modelled"), {"ended": "simulated"})
+
+    from testbed.cluster import run_ray
+
+    tdf = effective_tdf(scn)
+    try:
+        facts = run_ray(scn, jobs, run_dir, tdf, on_status=on_status, on_phase=on_phase)
+    finally:
+        # Whatever happened, the results so far are written from the merged event log.
+        merged = run_dir / "events.jsonl"
+        if merged.exists():
+            evs = list(ev.read_jsonl(merged))
+            info = next((e for e in evs if e["kind"] == ev.RUN_INFO and "envelope" in e), {})
+            results.write(run_dir, evs, _facts(scn, "ray", tdf, info.get("envelope", "unknown")))
+    events = list(ev.read_jsonl(run_dir / "events.jsonl"))
+    extra = {
+        "ended": facts.get("ended"),
+        "run_id": facts.get("run_id"),
+        "startup_s": facts.get("startup_s"),
+        "iters_per_unit": facts.get("iters_per_unit"),
+        "agent_priority": facts.get("agent_priority"),
+        "envelope_note": facts.get("envelope_note"),
+        "nodes_down": facts.get("nodes_down"),
+        "host_cores": host_cores(),
+    }
+    return results.write(run_dir, events, _facts(scn, "ray", tdf, facts.get("envelope", "unknown")), extra)
+
+
+def run(scn: Scenario, backend: str, out: Path, on_status=None, on_phase=None) -> list[dict]:
+    summaries = []
+    for rep in range(scn.repetitions):
+        run_dir = out if scn.repetitions == 1 else out / f"rep-{rep + 1}"
+        summaries.append(run_once(scn, backend, run_dir, on_status, on_phase))
+    if scn.repetitions > 1:
+        (out / "summaries.json").write_text(json.dumps(summaries, indent=2) + "\n")
+    return summaries

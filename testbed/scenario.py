@@ -1,0 +1,304 @@
+"""Scenarios are data (DESIGN.md, decision 7): a YAML file validated here, with errors that name the field
+and the fix. ``--set a.b.c=value`` overrides are applied to the raw document before validation, so an
+override is checked exactly like the file."""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from testbed.jobs import WAIT_MODES
+from testbed.schedulers import registry
+from testbed.schedulers.base import PolicyConfigError
+
+
+class ScenarioError(ValueError):
+    """The scenario cannot be used; the message names the field(s) and the fix."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PowerModel(_Model):
+    """Per-node power P = B + X*u (paper 003): idle power B, busy increment X, in watts."""
+
+    idle_watts: float = Field(219.10, ge=0)
+    busy_watts: float = Field(18.968, ge=0)
+
+
+class NetworkConfig(_Model):
+    """Emulated links between NICs (tbcomm); emulated quantities, applied at the receiving NIC."""
+
+    latency_us: float = Field(0.0, ge=0)
+    bandwidth_mbps: float | None = Field(None, gt=0)
+
+
+class ClusterConfig(_Model):
+    nodes: int = Field(16, ge=1, le=4096)
+    cores_per_node: int = Field(1, ge=1, le=64)
+    cpu_rate: float = Field(1.0, gt=0, le=1.0, description="node CPU speed as a fraction of one host core")
+    envelope: Literal["auto", "cgroup", "cgroup-v1", "cgroup-v2", "none"] = "auto"
+    power: PowerModel = Field(default_factory=PowerModel)
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
+
+
+class ClockConfig(_Model):
+    tdf: float | Literal["auto"] = "auto"
+    rate_probe_s: float = Field(
+        1.0, ge=0, description="real seconds of the full-load CPU-rate probe; 0 = skip"
+    )
+
+    @field_validator("tdf")
+    @classmethod
+    def _tdf_positive(cls, v):
+        if v != "auto" and v < 1.0:
+            raise ValueError("must be 'auto' or a number >= 1 (real seconds per emulated second)")
+        return v
+
+
+class SchedulerConfig(_Model):
+    name: str = "gang"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known(self):
+        try:
+            registry.get(self.name).check_params(self.params)
+        except registry.UnknownScheduler as exc:
+            raise ValueError(str(exc)) from None
+        except PolicyConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+
+class AppConfig(_Model):
+    """The synthetic program of paper 002 (fig. 6). gcomp is in calibrated work units (1 unit = 1 ms of CPU
+    on a node of rate 1.0); each of the gio writes takes at least io_time_ms emulated."""
+
+    kind: Literal["synthetic"] = "synthetic"
+    iterations: int = Field(10, ge=1)
+    gcomp: float = Field(100.0, ge=0)
+    gio: int = Field(0, ge=0)
+    io_bytes: int = Field(8193, ge=1)
+    io_time_ms: float = Field(1.0, ge=0)
+    barrier: bool = True
+    wait_mode: Literal["spin", "block", "spin-block"] = "block"
+    spin_time_us: float = Field(300.0, ge=0)
+
+    @model_validator(mode="after")
+    def _does_something(self):
+        if self.gcomp == 0 and self.gio == 0:
+            raise ValueError("gcomp and gio are both 0: the job would do no work; set one of them above 0")
+        return self
+
+
+class JobEntry(_Model):
+    id: str | None = None
+    submit_s: float = Field(0.0, ge=0, description="arrival, emulated seconds after start")
+    size: int = Field(..., ge=1)
+    job_class: str | None = None
+    app: AppConfig = Field(default_factory=AppConfig)
+    estimate_s: float | None = Field(None, gt=0)
+    memory_mb: float = Field(0.0, ge=0)
+    exclusive: bool = False
+
+
+class JobClass(_Model):
+    """A kind of job the generator draws: its per-iteration shape; the iteration count follows from the
+    drawn duration."""
+
+    name: str
+    weight: float = Field(1.0, gt=0)
+    app: AppConfig = Field(default_factory=AppConfig)
+
+
+class DurationDist(_Model):
+    dist: Literal["exponential", "erlang", "fixed"] = "exponential"
+    mean_s: float = Field(2.0, gt=0)
+    shape: int = Field(2, ge=1, description="Erlang shape k")
+
+
+class SizeDist(_Model):
+    min: int = Field(1, ge=1)
+    max: int = Field(4, ge=1)
+
+    @model_validator(mode="after")
+    def _order(self):
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is above max ({self.max}); swap them")
+        return self
+
+
+class PoissonGenerator(_Model):
+    kind: Literal["poisson"] = "poisson"
+    count: int = Field(..., ge=1, le=100_000)
+    mean_interarrival_s: float = Field(..., gt=0)
+    duration: DurationDist = Field(default_factory=DurationDist)
+    size: SizeDist = Field(default_factory=SizeDist)
+    classes: list[JobClass] = Field(default_factory=lambda: [JobClass(name="compute")], min_length=1)
+    start_s: float = Field(0.0, ge=0)
+
+
+class WorkloadConfig(_Model):
+    seed: int = 0
+    jobs: list[JobEntry] = Field(default_factory=list)
+    # One generator kind today; the 'kind' field leaves room for Lublin-Feitelson and SWF replay.
+    generator: PoissonGenerator | None = None
+
+    @model_validator(mode="after")
+    def _not_empty(self):
+        if not self.jobs and self.generator is None:
+            raise ValueError("no jobs: give workload.jobs (a list) or workload.generator")
+        ids = [j.id for j in self.jobs if j.id is not None]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ValueError(f"duplicate job id(s) {', '.join(dup)}; give every job its own id")
+        return self
+
+
+class Scenario(_Model):
+    name: str = "scenario"
+    description: str = ""
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    clock: ClockConfig = Field(default_factory=ClockConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    workload: WorkloadConfig
+    duration_s: float | None = Field(
+        None, gt=0, description="emulated seconds; jobs unfinished then are killed; null = until all end"
+    )
+    wall_limit_s: float = Field(1800.0, gt=0, description="real-time guard for the whole run")
+    repetitions: int = Field(1, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _sizes(self):
+        # A job larger than the cluster is not an input error: the scheduler rejects it with a reason,
+        # as a real cluster would. Generator bounds above the cluster are a mistake in the file, though.
+        g = self.workload.generator
+        if g is not None and g.size.max > self.cluster.nodes:
+            raise ValueError(
+                f"workload.generator.size.max ({g.size.max}) is above cluster.nodes ({self.cluster.nodes}); "
+                "lower it or add nodes"
+            )
+        return self
+
+
+# --------------------------------------------------------------------------------------------------------
+# Loading, overrides, error messages
+
+
+def _fields_of(model: type[BaseModel], loc: tuple) -> list[str]:
+    """Known field names at ``loc`` for an 'extra field' message."""
+    cur: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        fld = getattr(cur, "model_fields", {}).get(part)
+        if fld is None:
+            return []
+        ann = fld.annotation
+        for cand in (ann, *getattr(ann, "__args__", ())):
+            for sub in (cand, *getattr(cand, "__args__", ())):
+                if isinstance(sub, type) and issubclass(sub, BaseModel):
+                    cur = sub
+                    break
+    return sorted(getattr(cur, "model_fields", {}))
+
+
+def _format_errors(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in ("poisson",)))
+        where = ".".join(str(p) for p in loc) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            known = _fields_of(Scenario, loc)
+            near = difflib.get_close_matches(str(loc[-1]), known, n=1)
+            hint = f"did you mean '{near[0]}'? " if near else ""
+            lines.append(f"{where}: unknown field; {hint}known fields here: {', '.join(known)}")
+        elif err["type"] == "missing":
+            lines.append(f"{where}: required field is missing; add it")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            got = err.get("input")
+            shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+            # A model-level check may name a deeper field itself ("scheduler.name: ...").
+            named = re.match(r"^[\w.]+: ", msg) and msg.startswith(where)
+            lines.append(f"{msg}{shown}" if named else f"{where}: {msg}{shown}")
+    return "invalid scenario:\n  " + "\n  ".join(lines)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise ScenarioError(f"--set {text!r}: expected KEY=VALUE, e.g. --set scheduler.name=batch")
+    key, _, raw = text.partition("=")
+    path = [p for p in key.strip().split(".") if p]
+    if not path:
+        raise ScenarioError(f"--set {text!r}: empty key; e.g. --set workload.seed=7")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"--set {key}: value {raw!r} is not valid YAML ({exc.problem})") from None
+    return path, value
+
+
+def apply_override(doc: dict, path: list[str], value: Any) -> None:
+    cur: Any = doc
+    for i, part in enumerate(path[:-1]):
+        where = ".".join(path[: i + 1])
+        if isinstance(cur, list):
+            if not part.isdigit() or int(part) >= len(cur):
+                raise ScenarioError(
+                    f"--set {'.'.join(path)}: {where} is not an index into a list of {len(cur)}"
+                )
+            cur = cur[int(part)]
+            continue
+        if part not in cur or cur[part] is None:
+            cur[part] = {}
+        cur = cur[part]
+        if not isinstance(cur, dict | list):
+            raise ScenarioError(f"--set {'.'.join(path)}: {where} is a value, not a section")
+    last = path[-1]
+    if isinstance(cur, list):
+        if not last.isdigit() or int(last) >= len(cur):
+            raise ScenarioError(f"--set {'.'.join(path)}: '{last}' is not an index into a list of {len(cur)}")
+        cur[int(last)] = value
+    else:
+        cur[last] = value
+
+
+def load(path: str | Path | None = None, overrides: list[str] = (), doc: dict | None = None) -> Scenario:
+    if doc is None:
+        p = Path(path)
+        if not p.exists():
+            raise ScenarioError(f"scenario file {p} does not exist")
+        try:
+            doc = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ScenarioError(f"{p}: not valid YAML: {exc}") from None
+        if not isinstance(doc, dict):
+            raise ScenarioError(f"{p}: the top level must be a mapping (cluster:, scheduler:, workload: ...)")
+        doc.setdefault("name", p.stem)
+    doc = copy.deepcopy(doc)  # overrides must not leak into the caller's document
+    for text in overrides:
+        apply_override(doc, *parse_override(text))
+    try:
+        return Scenario.model_validate(doc)
+    except ValidationError as exc:
+        raise ScenarioError(_format_errors(exc)) from None
+
+
+def effective_tdf(scn: Scenario, cores: int | None = None) -> float:
+    from testbed.clock import auto_tdf
+
+    if scn.clock.tdf == "auto":
+        return auto_tdf(scn.cluster.nodes * scn.cluster.cores_per_node * scn.cluster.cpu_rate, cores)
+    return float(scn.clock.tdf)
+
+
+__all__ = ["Scenario", "ScenarioError", "load", "effective_tdf", "WAIT_MODES"]

@@ -1,0 +1,84 @@
+"""Turns a scenario's workload section into jobs: the same seed gives the same jobs
+
+Same seed, same jobs (DESIGN.md, decision 7).
+
+from __future__ import annotations
+
+import numpy as np
+
+from testbed.jobs import Job, SyntheticApp
+from testbed.scenario import AppConfig, Scenario
+from testbed.schedulers.base import JobSpec
+
+
+def _app(cfg: AppConfig, iterations: int | None = None) -> SyntheticApp:
+    fields = cfg.model_dump(exclude={"kind"})
+    if iterations is not None:
+        fields["iterations"] = iterations
+    return SyntheticApp(**fields)
+
+
+def _class_of(app: SyntheticApp) -> str:
+    if app.gio and app.gcomp == 0:
+        return "io"
+    if app.gio:
+        return "mixed"
+    return "compute"
+
+
+def build(scn: Scenario) -> list[Job]:
+    rate = scn.cluster.cpu_rate
+    jobs: list[Job] = []
+    for i, entry in enumerate(scn.workload.jobs):
+        app = _app(entry.app)
+        jobs.append(
+            Job(
+                JobSpec(
+                    job_id=entry.id or f"j{i}",
+                    size=entry.size,
+                    submit_time=entry.submit_s,
+                    estimate=entry.estimate_s if entry.estimate_s is not None else app.ideal_runtime(rate),
+                    memory_mb=entry.memory_mb,
+                    exclusive=entry.exclusive,
+                    job_class=entry.job_class or _class_of(app),
+                ),
+                app,
+            )
+        )
+    gen = scn.workload.generator
+    if gen is not None:
+        rng = np.random.default_rng(scn.workload.seed)
+        weights = np.array([c.weight for c in gen.classes], dtype=float)
+        weights /= weights.sum()
+        t = gen.start_s
+        base = len(jobs)
+        for k in range(gen.count):
+            if k:
+                t += rng.exponential(gen.mean_interarrival_s)
+            cls = gen.classes[int(rng.choice(len(gen.classes), p=weights))]
+            d = gen.duration
+            if d.dist == "exponential":
+                dur = rng.exponential(d.mean_s)
+            elif d.dist == "erlang":
+                dur = rng.gamma(d.shape, d.mean_s / d.shape)
+            else:
+                dur = d.mean_s
+            size = int(rng.integers(gen.size.min, gen.size.max + 1))
+            template = _app(cls.app, iterations=1)
+            per_iter = template.ideal_runtime(rate)
+            iterations = max(1, round(dur / per_iter)) if per_iter > 0 else 1
+            app = _app(cls.app, iterations=iterations)
+            jobs.append(
+                Job(
+                    JobSpec(
+                        job_id=f"j{base + k}",
+                        size=size,
+                        submit_time=round(float(t), 6),
+                        estimate=app.ideal_runtime(rate),
+                        job_class=cls.name,
+                    ),
+                    app,
+                )
+            )
+    jobs.sort(key=lambda j: (j.spec.submit_time, j.job_id))
+    return jobs

@@ -1,0 +1,137 @@
+"""Helpers for end-to-end tests: small scenarios, and checks that nothing of a run is left on the host."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def run_marked_pids() -> list[int]:
+    """Processes carrying a TESTBED_RUN_ID in their environment: the run's workers."""
+    me = os.getpid()
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == me:
+            continue
+        try:
+            env = (d / "environ").read_bytes()
+        except OSError:
+            continue
+        if b"TESTBED_RUN_ID=" in env:
+            found.append(int(d.name))
+    return found
+
+
+def testbed_cgroups() -> list[str]:
+    found = []
+    if CGROUP_ROOT.exists():
+        for hier in CGROUP_ROOT.iterdir():
+            top = hier / "testbed"
+            if top.is_dir():
+                found.extend(str(p) for p in top.iterdir() if p.is_dir())
+    return found
+
+
+def wait_clean(timeout: float = 20.0) -> tuple[list[int], list[str]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        pids, cgs = run_marked_pids(), testbed_cgroups()
+        if (not pids and not cgs) or time.monotonic() > deadline:
+            return pids, cgs
+        time.sleep(0.2)
+
+
+def wait_for_event(path: Path, pred, timeout: float = 60.0) -> dict:
+    """Waits until some events/*.jsonl line satisfies ``pred``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for f in sorted(path.glob("events/*.jsonl")):
+            try:
+                lines = f.read_text().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                try:
+                    e = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if pred(e):
+                    return e
+        time.sleep(0.1)
+    raise AssertionError(f"no matching event in {path} within {timeout} s")
+
+
+SMALL = {
+    "name": "small",
+    "cluster": {"nodes": 4},
+    "clock": {"rate_probe_s": 0.5},
+    "scheduler": {"name": "gang", "params": {"mpl": 2, "quantum_ms": 50}},
+    "workload": {
+        "seed": 1,
+        "jobs": [
+            {"id": "a", "size": 4, "app": {"iterations": 10, "gcomp": 30}},
+            {"id": "b", "size": 2, "submit_s": 0.1, "app": {"iterations": 10, "gcomp": 2, "gio": 2}},
+            {"id": "c", "size": 2, "submit_s": 0.2, "app": {"iterations": 10, "gcomp": 30}},
+        ],
+    },
+}
+
+LONG = {
+    **SMALL,
+    "name": "long",
+    "workload": {
+        "seed": 1,
+        "jobs": [
+            {"id": "long", "size": 4, "app": {"iterations": 1000, "gcomp": 50}},
+            {"id": "long2", "size": 2, "app": {"iterations": 1000, "gcomp": 50}},
+        ],
+    },
+}
+
+
+@pytest.fixture
+def scenario_file(tmp_path):
+    def make(doc: dict) -> Path:
+        p = tmp_path / f"{doc['name']}.yaml"
+        p.write_text(yaml.safe_dump(doc))
+        return p
+
+    return make
+
+
+def start_cli(args: list[str], **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "testbed.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kw,
+    )
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind():
+    """Every e2e test must leave no worker and no cgroup; a leftover from an earlier test is cleaned
+    and reported so one failure does not cascade."""
+    pids, cgs = run_marked_pids(), testbed_cgroups()
+    if pids or cgs:
+        from testbed.janitor import cleanup_all
+
+        cleanup_all()
+    yield
+
+
+def kill_tree(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)

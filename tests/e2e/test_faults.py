@@ -1,0 +1,130 @@
+"""Every exit path leaves no worker process (running or stopped) and no cgroup behind; a crashed worker
+fails its job with the reason; results written before a crash stay readable (DESIGN.md, Faults)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import time
+
+import pytest
+
+from testbed import events as ev
+from testbed import runner
+from testbed.scenario import load
+
+from .conftest import LONG, SMALL, kill_tree, start_cli, wait_clean, wait_for_event
+
+pytestmark = pytest.mark.slow
+
+
+def _running(e):
+    return e["kind"] == ev.PROGRESS
+
+
+def _jobs(path):
+    with open(path / "jobs.csv") as fh:
+        return {r["job_id"]: r for r in csv.DictReader(fh)}
+
+
+def test_ctrl_c_cleans_up_and_keeps_partial_results(scenario_file, tmp_path):
+    out = tmp_path / "out"
+    p = start_cli(["run", str(scenario_file(LONG)), "--out", str(out), "-q"])
+    try:
+        wait_for_event(out, _running)
+        p.send_signal(signal.SIGINT)
+        text, _ = p.communicate(timeout=60)
+    finally:
+        kill_tree(p)
+    assert p.returncode == 130, text
+    assert wait_clean() == ([], [])
+    rows = _jobs(out)
+    assert rows["long"]["final_state"] == "COMPLETED_KILLED"
+    assert "interrupted" in rows["long"]["reason"]
+
+
+def test_exception_in_runner_cleans_up(tmp_path):
+    scn = load(doc=LONG)
+    out = tmp_path / "out"
+
+    def boom(st):
+        if st["counts"].get("running"):
+            raise RuntimeError("injected runner failure")
+
+    with pytest.raises(RuntimeError, match="injected"):
+        runner.run_once(scn, "ray", out, on_status=boom)
+    assert wait_clean() == ([], [])
+    assert (out / "jobs.csv").exists() and (out / "events.jsonl").exists()
+
+
+def test_crashing_worker_fails_its_job_with_reason(scenario_file, tmp_path):
+    out = tmp_path / "out"
+    p = start_cli(["run", str(scenario_file(LONG)), "--out", str(out), "-q"])
+    try:
+        started = wait_for_event(out, lambda e: e["kind"] == ev.PROC_STARTED and e["job"] == "long2")
+        wait_for_event(out, lambda e: e["kind"] == ev.PROGRESS and e["job"] == "long2")
+        os.kill(started["pid"], signal.SIGKILL)
+        wait_for_event(out, lambda e: e["kind"] == ev.JOB_FAILED and e["job"] == "long2", timeout=30)
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=60)
+    finally:
+        kill_tree(p)
+    rows = _jobs(out)
+    assert rows["long2"]["final_state"] == "COMPLETED_FAILED"
+    assert "signal 9" in rows["long2"]["reason"], rows["long2"]["reason"]
+    assert wait_clean() == ([], [])
+
+
+def test_kill_9_of_a_node_agent(scenario_file, tmp_path):
+    out = tmp_path / "out"
+    p = start_cli(["run", str(scenario_file(LONG)), "--out", str(out), "-q"])
+    try:
+        info = wait_for_event(out, lambda e: e["kind"] == ev.RUN_INFO and e.get("node") == 3 and "pid" in e)
+        wait_for_event(out, _running)
+        os.kill(info["pid"], signal.SIGKILL)
+        down = wait_for_event(out, lambda e: e["kind"] == ev.NODE_DOWN, timeout=30)
+        assert down["node"] == 3
+        # The node's workers died with it; the cgroup stays until the run ends.
+        failed = wait_for_event(out, lambda e: e["kind"] == ev.JOB_FAILED, timeout=30)
+        assert "node 3" in failed["reason"]
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=60)
+    finally:
+        kill_tree(p)
+    assert wait_clean() == ([], [])
+
+
+def test_kill_9_of_the_driver(scenario_file, tmp_path):
+    out = tmp_path / "out"
+    p = start_cli(["run", str(scenario_file(LONG)), "--out", str(out), "-q"])
+    try:
+        wait_for_event(out, _running)
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+    finally:
+        kill_tree(p)
+    assert wait_clean(timeout=30) == ([], [])
+    # What was written before the crash is readable.
+    assert list(ev.read_jsonl(out / "events" / "coordinator.jsonl"))
+
+
+def test_oversize_job_is_rejected_with_reason_and_small_run_completes(scenario_file, tmp_path):
+    doc = {
+        **SMALL,
+        "workload": {
+            **SMALL["workload"],
+            "jobs": [*SMALL["workload"]["jobs"], {"id": "huge", "size": 9, "app": {"gcomp": 1}}],
+        },
+    }
+    out = tmp_path / "out"
+    t = time.monotonic()
+    p = start_cli(["run", str(scenario_file(doc)), "--out", str(out), "-q"])
+    text, _ = p.communicate(timeout=240)
+    assert p.returncode == 0, text
+    rows = _jobs(out)
+    assert rows["huge"]["final_state"] == "REJECTED" and "9" in rows["huge"]["reason"]
+    for j in ("a", "b", "c"):
+        assert rows[j]["final_state"] == "COMPLETED_SUCCESSFULLY", rows[j]
+    assert wait_clean() == ([], [])
+    assert time.monotonic() - t < 240
