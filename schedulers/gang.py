@@ -213,4 +213,4 @@ class Gang(Scheduler):
     summary = "strict gang scheduling on an Ousterhout matrix (mpl rows), optional alternate scheduling"
     global_policy = GangGlobal
     local_policy = GangLocal
-    defaults = {"mpl": 3, "quantum_ms": 100.0, "alternate": True, "packing": True, "lead_ms": 10.0}
+    defaults = {"mpl": 3, "quantum_ms": 100.0, "alternate": True, "packing": True, "lead_ms": 25.0}

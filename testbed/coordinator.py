@@ -9,6 +9,7 @@ Plain Python; ``testbed.cluster`` wraps it as a Ray actor. Nodes are reached thr
 from __future__ import annotations
 
 import concurrent.futures as cf
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from testbed import events as ev
 from testbed.clock import Clock
 from testbed.jobs import Job
 from testbed.loop import LoopThread
+from testbed.mechanism.priority import raise_process_nice, raise_thread_priority
 from testbed.schedulers import registry
 from testbed.schedulers.base import Dispatch, Reject, Start
 
@@ -71,7 +73,10 @@ class Coordinator:
         self.first_start_real: float | None = None
         self.errors: list[str] = []
         self._tick_handle = None
-        self.lt = LoopThread("coordinator")
+        self._control0: tuple[float, float] | None = None
+        sys.setswitchinterval(0.0005)  # the planning timer must get the GIL promptly (see agent.py)
+        raise_process_nice()
+        self.lt = LoopThread("coordinator", on_start=raise_thread_priority)
 
     # ----------------------------------------------------------------------------------------------------
     # Public API (any thread)
@@ -90,6 +95,13 @@ class Coordinator:
         """Ends the run now: kills running jobs, records the rest, stops the loop."""
         try:
             self.lt.call(self._end, reason, timeout=30)
+            if self._control0 is not None:
+                cpu0, wall0 = self._control0
+                self.events.emit(
+                    ev.RUN_INFO,
+                    control_cpu_s=time.process_time() - cpu0,
+                    control_wall_s=time.monotonic() - wall0,
+                )
         finally:
             self.lt.stop()
             self.events.close()
@@ -104,6 +116,7 @@ class Coordinator:
     def _start(self, t0: float) -> None:
         self.clock = Clock(self.tdf, t0)
         self.events.clock = self.clock
+        self._control0 = (time.process_time(), time.monotonic())
         self.events.emit(ev.RUN_INFO, t=0.0, scheduler=self.sched_name, nodes=self.nodes, tdf=self.tdf)
         loop = self.lt.loop
         for jr in self.jobs.values():

@@ -54,6 +54,9 @@ class ClockConfig(_Model):
     rate_probe_s: float = Field(
         1.0, ge=0, description="real seconds of the full-load CPU-rate probe; 0 = skip"
     )
+    control_reserve_cores: float = Field(
+        0.3, ge=0, description="host cores left to agents, coordinator and Ray when tdf is auto"
+    )
 
     @field_validator("tdf")
     @classmethod
@@ -297,7 +300,8 @@ def effective_tdf(scn: Scenario, cores: int | None = None) -> float:
     from testbed.clock import auto_tdf
 
     if scn.clock.tdf == "auto":
-        return auto_tdf(scn.cluster.nodes * scn.cluster.cores_per_node * scn.cluster.cpu_rate, cores)
+        c = scn.cluster
+        return auto_tdf(c.nodes * c.cores_per_node * c.cpu_rate, cores, scn.clock.control_reserve_cores)
     return float(scn.clock.tdf)
 
 

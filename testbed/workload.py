@@ -1,6 +1,4 @@
-"""Turns a scenario's workload section into jobs: the same seed gives the same jobs
-
-Same seed, same jobs (DESIGN.md, decision 7).
+"""Turns a scenario's workload section into jobs. Same seed, same jobs (DESIGN.md, decision 7)."""
 
 from __future__ import annotations
 

@@ -85,7 +85,7 @@ def test_local_shares_one_node_by_processor_sharing():
 
 
 def test_gang_alternates_quanta_between_two_jobs():
-    events = simulate([job("A"), job("B")], Gang, {"mpl": 2, "quantum_ms": 100.0}, nodes=1)
+    events = simulate([job("A"), job("B")], Gang, {"mpl": 2, "quantum_ms": 100.0, "lead_ms": 10.0}, nodes=1)
     done = finish_times(events)
     # A runs in [0.01, 0.11), [0.21, 0.31) ...: its tenth quantum ends at 1.91; B's at 2.01.
     assert done["A"] == pytest.approx(1.91)
@@ -222,7 +222,7 @@ def test_timer_is_delivered_at_the_wakeup():
 
 
 def test_gang_local_sees_slot_starts():
-    events = simulate([job("A", size=2, iterations=1)], Gang, {}, nodes=2)
+    events = simulate([job("A", size=2, iterations=1)], Gang, {"lead_ms": 10.0}, nodes=2)
     assert {e["node"] for e in of_kind(events, "slot_switch")} == {0, 1}
     assert of_kind(events, "slot_switch")[0]["at"] == pytest.approx(0.01)
     assert SlotStart  # the local side is covered in test_gang
@@ -234,7 +234,7 @@ def test_gang_local_sees_slot_starts():
 
 def test_event_format():
     jobs = [job("A", size=2, iterations=25, gcomp=10.0), job("X", size=9)]
-    events = simulate(jobs, Gang, {}, nodes=2)
+    events = simulate(jobs, Gang, {"lead_ms": 10.0}, nodes=2)
     assert all(list(e)[:4] == ["t", "wall", "src", "kind"] for e in events)
     assert [e["t"] for e in events] == sorted(e["t"] for e in events)
     sub = of_kind(events, "job_submitted")
@@ -339,7 +339,7 @@ def test_gang_simulation_is_fast():
 def test_a_process_does_nothing_before_its_local_policy_lets_it():
     # B (I/O only, no compute) is placed in row 1 while A runs: its first write waits for B's slot.
     b = job("B", iterations=1, gcomp=0.0, gio=1, io_time_ms=10.0, barrier=False)
-    events = simulate([job("A"), b], Gang, {"mpl": 2}, nodes=1)
+    events = simulate([job("A"), b], Gang, {"mpl": 2, "lead_ms": 10.0}, nodes=1)
     assert finish_times(events)["B"] == pytest.approx(0.11 + 0.01)
 
 
