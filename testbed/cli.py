@@ -13,7 +13,7 @@ from rich.console import Console
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Cluster CPU-scheduling emulation testbed."
 )
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # error lines stay whole: people grep them
 out = Console()
 
 

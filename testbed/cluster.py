@@ -14,12 +14,15 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from testbed import events as ev
-from testbed.agent import NodeAgent, NodeConfig
-from testbed.coordinator import Coordinator, NodeProxy
-from testbed.jobs import Job
-from testbed.scenario import Scenario
+from testbed.actors import AgentActor, CoordinatorActor
+from testbed.agent import NodeConfig
+
+if TYPE_CHECKING:  # the actor processes import this module's actors only: keep pydantic out of them
+    from testbed.jobs import Job
+    from testbed.scenario import Scenario
 
 log = logging.getLogger("testbed")
 
@@ -27,32 +30,6 @@ log = logging.getLogger("testbed")
 PROBE_START_DELAY_S = 1.5
 #: Real seconds between fixing emulated time 0 and reaching it: every node must know the clock first.
 CLOCK_START_DELAY_S = 0.3
-
-
-class _AgentActor(NodeAgent):
-    """NodeAgent as a Ray actor: process exits are reported to the coordinator actor's handle."""
-
-    def set_run(self, t0, iters_per_unit, coordinator=None):  # type: ignore[override]
-        notify = None
-        if coordinator is not None:
-
-            def notify(kind, payload, _h=coordinator):
-                _h.on_node_event.remote(kind, payload)
-
-        return super().set_run(t0, iters_per_unit, notify)
-
-
-class _RayProxy(NodeProxy):
-    def __init__(self, handle) -> None:
-        self.handle = handle
-
-    def call(self, method: str, *args):
-        return getattr(self.handle, method).remote(*args).future()
-
-
-class _CoordinatorActor(Coordinator):
-    def __init__(self, *args, handles=(), **kwargs):
-        super().__init__(*args, proxies=[_RayProxy(h) for h in handles], **kwargs)
 
 
 def new_run_id() -> str:
@@ -73,16 +50,29 @@ def run_ray(
 
     from testbed.janitor import cleanup_run, start_janitor
 
-    phase = on_phase or (lambda s: None)
+    report = on_phase or (lambda s: None)
     run_id = new_run_id()
     t_begin = time.monotonic()
-    facts: dict = {"run_id": run_id}
+    facts: dict = {"run_id": run_id, "phases_s": {}}
+    marks = [("begin", t_begin)]
+
+    def phase(text: str) -> None:
+        # Start-up cost by phase, for the summary (start-up is a benchmarked figure).
+        now = time.monotonic()
+        facts["phases_s"][marks[-1][0]] = round(now - marks[-1][1], 3)
+        marks.append((text, now))
+        report(text)
+
     janitor = start_janitor(run_id, [os.getpid()])
     agents: list = []
     coordinator = None
     ended = "error"
     try:
         phase("starting Ray")
+        # Ray starts at most num_cpus worker processes at a time (2 here), which serialises the start of
+        # 16 actors; and numpy in each worker would size thread pools by the host's cores.
+        os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(scn.cluster.nodes + 1))
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
         ray.init(
             include_dashboard=False,
             logging_level=logging.ERROR,
@@ -90,8 +80,8 @@ def run_ray(
             configure_logging=True,
             namespace=f"testbed-{run_id}",
         )
-        Agent = ray.remote(num_cpus=0, max_concurrency=8)(_AgentActor)
-        Coord = ray.remote(num_cpus=0, max_concurrency=8)(_CoordinatorActor)
+        Agent = ray.remote(num_cpus=0, max_concurrency=8)(AgentActor)
+        Coord = ray.remote(num_cpus=0, max_concurrency=8)(CoordinatorActor)
         c = scn.cluster
         phase(f"starting {c.nodes} node agents")
         for n in range(c.nodes):
@@ -153,6 +143,9 @@ def run_ray(
                 on_status(st)
             if st["first_start_real"] is not None and "startup_s" not in facts:
                 facts["startup_s"] = st["first_start_real"] - t_begin
+                facts["phases_s"]["running until first job started"] = round(
+                    st["first_start_real"] - marks[-1][1], 3
+                )
             if st["done"]:
                 ended = st["ended"] or "all jobs ended"
                 break

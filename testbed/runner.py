@@ -76,6 +76,7 @@ def run_once(scn: Scenario, backend: str, run_dir: Path, on_status=None, on_phas
         "ended": facts.get("ended"),
         "run_id": facts.get("run_id"),
         "startup_s": facts.get("startup_s"),
+        "phases_s": facts.get("phases_s"),
         "iters_per_unit": facts.get("iters_per_unit"),
         "agent_priority": facts.get("agent_priority"),
         "envelope_note": facts.get("envelope_note"),

@@ -1,0 +1,111 @@
+"""The README's quickstart, end to end through the CLI: real processes on 16 emulated nodes, then the same
+scenario in the simulator; the two must tell the same story."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed import results
+
+from .conftest import wait_clean
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+
+
+def _cli(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "testbed.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _jobs(out: Path) -> dict[str, dict]:
+    with open(out / "jobs.csv") as fh:
+        return {r["job_id"]: r for r in csv.DictReader(fh)}
+
+
+@pytest.mark.slow
+def test_quickstart_on_real_processes_and_in_the_simulator(tmp_path):
+    real, sim = tmp_path / "real", tmp_path / "sim"
+    p = _cli("run", str(QUICKSTART), "--out", str(real), timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "mean response time" in p.stdout and f"results: {real}" in p.stdout
+    assert wait_clean() == ([], [])
+
+    for name in ("events.jsonl", "jobs.csv", "summary.json", "scenario.yaml"):
+        assert (real / name).exists(), name
+    with open(real / "jobs.csv") as fh:
+        assert csv.DictReader(fh).fieldnames == results.JOB_COLUMNS
+    rows = _jobs(real)
+    assert len(rows) == 8 and all(r["final_state"] == results.COMPLETED for r in rows.values()), rows
+    summary = json.loads((real / "summary.json").read_text())
+    assert summary["envelope"].startswith("cgroup") or "NOT fixed" in (summary["envelope_note"] or "")
+    assert summary["tdf"] > 1 and summary["startup_s"] > 0
+    assert 0 < summary["utilization"] <= 1.0
+    n, power = 16, summary["power_model"]
+    expected = (
+        (power["idle_watts"] + power["busy_watts"] * summary["utilization"]) * n * summary["makespan_s"]
+    )
+    assert summary["energy_j"] == pytest.approx(expected)
+    assert summary["slot_switches"] > 10  # gang really switched slots
+
+    p = _cli("run", str(QUICKSTART), "--backend", "sim", "--out", str(sim), "-q", timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    srows = _jobs(sim)
+    assert set(srows) == set(rows)
+    # Same policy objects, same jobs: the simulator's CPU per job is the work the jobs ask for; the emulator
+    # spends that plus each worker's interpreter start-up (about 0.1 s of CPU per process here).
+    for j, r in rows.items():
+        assert float(r["cpu_time"]) >= 0.9 * float(srows[j]["cpu_time"]), (j, r, srows[j])
+    ssum = json.loads((sim / "summary.json").read_text())
+    assert ssum["makespan_s"] == pytest.approx(summary["makespan_s"], rel=0.6)
+
+
+def test_schedulers_command_lists_each_policy():
+    p = _cli("schedulers", timeout=60)
+    assert p.returncode == 0
+    for name in ("batch", "gang", "local"):
+        assert name in p.stdout
+
+
+def test_bad_scenario_exits_2_with_field_and_fix(tmp_path):
+    p = _cli("run", str(QUICKSTART), "--set", "scheduler.name=fifo", timeout=60)
+    assert p.returncode == 2
+    assert "unknown scheduler 'fifo'" in p.stderr and "batch" in p.stderr
+    p = _cli("run", str(tmp_path / "missing.yaml"), timeout=60)
+    assert p.returncode == 2 and "does not exist" in p.stderr
+    p = _cli("run", str(QUICKSTART), "--backend", "k8s", timeout=60)
+    assert p.returncode == 2 and "unknown backend 'k8s'" in p.stderr
+
+
+def test_sim_backend_runs_in_seconds_with_overrides(tmp_path):
+    out = tmp_path / "b"
+    p = _cli("run", str(QUICKSTART), "--backend", "sim", "--set", "scheduler.name=batch",
+             "--set", "scheduler.params={}", "--set", "workload.seed=7", "--out", str(out), "-q",
+             timeout=120)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    scn = (out / "scenario.yaml").read_text()
+    assert "name: batch" in scn and "seed: 7" in scn
+    rows = _jobs(out)
+    # Batch runs one job per node: no two jobs that overlap in time share a node.
+    assert all(r["final_state"] == results.COMPLETED for r in rows.values())
+    spans = [(float(r["starting_time"]), float(r["finish_time"]), _nodes(r["allocated_resources"]))
+             for r in rows.values()]  # fmt: skip
+    for i, (s1, f1, n1) in enumerate(spans):
+        for s2, f2, n2 in spans[i + 1 :]:
+            if s1 < f2 and s2 < f1:
+                assert not n1 & n2
+
+
+def _nodes(interval_set: str) -> set[int]:
+    out: set[int] = set()
+    for part in interval_set.split():
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
