@@ -405,8 +405,7 @@ class NodeAgent:
 
     def _switch(self, at: float, slot: int, allowed: frozenset[str], received: float) -> None:
         t_real = time.monotonic()
-        if self.wants_util:
-            self._sample(emit=False)
+        self._sample(emit=False)  # per-process CPU of the quantum that ends here, from the kernel
         effect = self._apply(self.policy.on_event(self.clock.emu_at(t_real), SlotStart(slot, allowed)))
         if effect is None:
             effect = t_real  # nothing to change: the node was already in the slot's state

@@ -22,6 +22,17 @@ def _sigterm_to_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def _load(scenario: Path, overrides: list[str] | None):
+    """The validated scenario, or exit 2 with the message that names the field and the fix."""
+    from testbed.scenario import ScenarioError, load
+
+    try:
+        return load(scenario, overrides or [])
+    except ScenarioError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+
+
 @app.command()
 def run(
     scenario: Annotated[Path, typer.Argument(help="scenario YAML file")],
@@ -39,13 +50,8 @@ def run(
 ) -> None:
     """Run a scenario and write a results folder (events.jsonl, jobs.csv, summary.json)."""
     from testbed import results, runner
-    from testbed.scenario import ScenarioError, load
 
-    try:
-        scn = load(scenario, set_ or [])
-    except ScenarioError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+    scn = _load(scenario, set_)
     if backend not in runner.BACKENDS:
         err.print(
             f"[red]error:[/red] --backend: unknown backend '{backend}'; known: {', '.join(runner.BACKENDS)}"
@@ -106,13 +112,7 @@ def validate(
     """Check a scenario file and print it with every default filled in."""
     import yaml
 
-    from testbed.scenario import ScenarioError, load
-
-    try:
-        scn = load(scenario, set_ or [])
-    except ScenarioError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+    scn = _load(scenario, set_)
     out.print(yaml.safe_dump(scn.model_dump(mode="json"), sort_keys=False), highlight=False)
 
 
