@@ -7,6 +7,11 @@ message (RECV), so the NIC sees arrivals, waiting receivers and unconsumed messa
 * ``spin``: non-blocking polls of the socket in a loop (burns CPU, like a spinning MPI receive);
 * ``spin-block``: spin for ``spin_us`` emulated microseconds, then tell the NIC (BLOCKED) and block.
 
+When the NIC does not report message events to a policy, its GO says so and the receive is a standing
+one instead: the NIC pushes each message as it arrives, this side keeps the ones no recv has asked for
+yet and matches source and tag itself, and acknowledges what it consumed in the reserved header field
+of its next frame to its own NIC (testbed/nic.py explains both modes). The wait modes are the same.
+
 Collectives (barrier, bcast, allreduce) are point-to-point underneath, linear through the root (paper 002,
 fig. 6: all send to rank 0, rank 0 replies after hearing from all); each tells the own NIC when it enters
 and leaves so a policy such as HYBRID can boost the process.
@@ -24,7 +29,7 @@ import time
 
 # Wire format: kept in sync by hand with testbed/nic.py (which documents each frame).
 HEADER = struct.Struct("!IBBHiii")
-HELLO, PEER, GO, DATA, RECV, BLOCKED, COLL_ENTER, COLL_LEAVE, PROGRESS, ERROR, BYE = range(1, 12)
+HELLO, PEER, GO, DATA, RECV, BLOCKED, COLL_ENTER, COLL_LEAVE, PROGRESS, ERROR, BYE, ACK = range(1, 13)
 MODES = ("block", "spin", "spin-block")
 _PROGRESS_VALUE = struct.Struct("!d")
 _F64 = struct.Struct("!d")
@@ -37,6 +42,14 @@ TAG_REDUCE = -4
 
 _HSIZE = HEADER.size
 _DONTWAIT = socket.MSG_DONTWAIT
+_MAX_ACKS = 0xFFFF
+
+
+def _matches(msg_src: int, msg_tag: int, want_src: int, want_tag: int) -> bool:
+    # Same rule as the NIC's: ANY tag matches user tags only (negative tags are the collectives').
+    if want_src != ANY and msg_src != want_src:
+        return False
+    return msg_tag == want_tag or (want_tag == ANY and msg_tag >= 0)
 
 
 class CommError(RuntimeError):
@@ -94,6 +107,10 @@ class Comm:
         self._rbuf = bytearray(65536)
         self._rview = memoryview(self._rbuf)
         self._closed = False
+        self._standing = False  # set by GO: the NIC pushes messages (no RECV, no BLOCKED)
+        self._inbox: list[tuple[int, int, bytes]] = []  # standing receive: pushed, not yet asked for
+        self._acks = 0  # standing receive: consumed, not yet acknowledged to the own NIC
+        self._error: str | None = None  # standing receive: the NIC said the job failed
         job_b = job.encode()
         # One socket per distinct NIC, opened now so that a worker that dies later shows up as an EOF at
         # every NIC of its job (which then fails the job's waiting receivers instead of leaving them hung).
@@ -107,9 +124,10 @@ class Comm:
                 sock.sendall(HEADER.pack(len(peer_body), PEER, 0, 0, rank, 0, 0) + peer_body)
                 self._socks[addr] = sock
         self._by_rank = [self._socks[addr] for addr in self.nics]
-        ftype, *_ = self._read_frame(self._local)
+        ftype, *_, gmode = self._read_frame(self._local)
         if ftype != GO:
             raise CommError(f"expected GO from NIC {node_nic}, got frame type {ftype}")
+        self._standing = gmode == 1
 
     @classmethod
     def from_env(cls, env=os.environ) -> Comm:
@@ -141,10 +159,18 @@ class Comm:
             raise CommError(f"tag {tag}: user tags must be >= 0")
         self._send(dst, data, tag)
 
+    def _take_acks(self) -> int:
+        n = self._acks
+        if n > _MAX_ACKS:
+            n = _MAX_ACKS
+        self._acks -= n
+        return n
+
     def _send(self, dst: int, data, tag: int) -> None:
         n = len(data)
-        hdr = HEADER.pack(n, DATA, 0, 0, self.rank, dst, tag)
         sock = self._by_rank[dst]
+        acks = self._take_acks() if self._acks and sock is self._local else 0
+        hdr = HEADER.pack(n, DATA, 0, acks, self.rank, dst, tag)
         try:
             if n <= 65536:
                 sock.sendall(hdr + bytes(data))
@@ -169,6 +195,8 @@ class Comm:
             mcode = MODES.index(mode)
         except ValueError:
             raise CommError(f"unknown wait mode {mode!r}; use one of {', '.join(MODES)}") from None
+        if self._standing:
+            return self._recv_standing(src, tag, mcode)
         sock = self._local
         try:
             sock.sendall(HEADER.pack(0, RECV, mcode, 0, src, 0, tag))
@@ -183,12 +211,45 @@ class Comm:
                     sock.sendall(HEADER.pack(0, BLOCKED, 0, 0, 0, 0, 0))
                 except OSError as exc:
                     raise CommError(f"own NIC {self.node_nic} is gone: {exc}") from exc
-        ftype, a, _, c, body = self._read_frame(sock, deadline)
+        ftype, a, _, c, body, _ = self._read_frame(sock, deadline)
         if ftype == DATA:
             return a, c, body
         if ftype == ERROR:
             raise CommError(body.decode(errors="replace"))
         raise CommError(f"unexpected frame type {ftype} from NIC {self.node_nic}")
+
+    def _recv_standing(self, src: int, tag: int, mcode: int) -> tuple[int, int, bytes]:
+        """Standing receive: take the first pushed message that matches, waiting for more as needed."""
+        inbox = self._inbox
+        for i, msg in enumerate(inbox):
+            if _matches(msg[0], msg[1], src, tag):
+                del inbox[i]
+                self._acks += 1
+                return msg
+        if self._error is not None:
+            raise CommError(self._error)
+        sock = self._local
+        deadline = None if self.recv_timeout_s is None else time.monotonic() + self.recv_timeout_s
+        spin_until = None
+        if mcode == 2:
+            spin_until = time.monotonic() + self.spin_us * 1e-6 * self.tdf
+        while True:
+            if mcode == 1:
+                self._spin(sock, deadline)
+            elif spin_until is not None:
+                if self._spin(sock, spin_until, deadline):
+                    spin_until = None  # spun long enough: block from now on (no BLOCKED: nobody listens)
+            ftype, a, _, c, body, _ = self._read_frame(sock, deadline)
+            if ftype == DATA:
+                if _matches(a, c, src, tag):
+                    self._acks += 1
+                    return a, c, body
+                inbox.append((a, c, body))
+            elif ftype == ERROR:
+                self._error = body.decode(errors="replace")
+                raise CommError(self._error)
+            else:
+                raise CommError(f"unexpected frame type {ftype} from NIC {self.node_nic}")
 
     def _spin(self, sock: socket.socket, until: float | None, hard: float | None = None) -> bool:
         """Polls without blocking until some bytes of the answer are buffered (False) or ``until`` passes
@@ -220,12 +281,12 @@ class Comm:
         view = self._rview
         while True:
             if len(buf) >= _HSIZE:
-                blen, ftype, _, _, a, b, c = HEADER.unpack_from(buf)
+                blen, ftype, mode, _, a, b, c = HEADER.unpack_from(buf)
                 need = _HSIZE + blen
                 if len(buf) >= need:
                     body = bytes(buf[_HSIZE:need])
                     del buf[:need]
-                    return ftype, a, b, c, body
+                    return ftype, a, b, c, body, mode
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -250,7 +311,7 @@ class Comm:
     def _notice(self, ftype: int, op: str) -> None:
         body = op.encode()
         try:
-            self._local.sendall(HEADER.pack(len(body), ftype, 0, 0, 0, 0, 0) + body)
+            self._local.sendall(HEADER.pack(len(body), ftype, 0, self._take_acks(), 0, 0, 0) + body)
         except OSError as exc:
             raise CommError(f"own NIC {self.node_nic} is gone: {exc}") from exc
 
@@ -329,7 +390,7 @@ class Comm:
     def progress(self, unit: str, value: float) -> None:
         body = _PROGRESS_VALUE.pack(float(value)) + unit.encode()
         try:
-            self._local.sendall(HEADER.pack(len(body), PROGRESS, 0, 0, 0, 0, 0) + body)
+            self._local.sendall(HEADER.pack(len(body), PROGRESS, 0, self._take_acks(), 0, 0, 0) + body)
         except OSError as exc:
             raise CommError(f"own NIC {self.node_nic} is gone: {exc}") from exc
 
@@ -341,6 +402,11 @@ class Comm:
         bye = HEADER.pack(0, BYE, 0, 0, 0, 0, 0)
         for sock in self._socks.values():
             try:
+                if sock is self._local:
+                    while self._acks > _MAX_ACKS:
+                        sock.sendall(HEADER.pack(0, ACK, 0, self._take_acks(), 0, 0, 0))
+                    sock.sendall(HEADER.pack(0, BYE, 0, self._take_acks(), 0, 0, 0))
+                    continue
                 sock.sendall(bye)
             except OSError:
                 pass

@@ -8,7 +8,13 @@
 * tbcomm_reporting: the same with report_messages=True (the NIC reports every arrival, wait and
   consumption to a hook, as under a coscheduling policy).
 
-One-way latency = median round trip / 2. Target (DESIGN.md, decision 4): tbcomm <= 3 x raw.
+One-way latency = median round trip / 2. Target (DESIGN.md, decision 4): tbcomm <= 3 x raw, where raw is
+the unpinned figure (both processes free to run on any CPU, like the workers and NICs). For reference the
+raw ping-pong is also measured pinned, both processes on one CPU and on two different CPUs; those are not
+the baseline of the ratio (pinning changes wake-up costs several-fold on a VM, MEASUREMENTS.md).
+
+Without report_messages the NIC uses a standing receive (no RECV frame per message); with it, every
+receive is request/response so that the reported events stay exact (testbed/nic.py).
 The last line printed is one JSON object.
 """
 
@@ -93,9 +99,21 @@ def _wait(procs: list[subprocess.Popen], timeout: float = 120.0) -> str:
     return out
 
 
-def raw_rtt_us(iterations: int) -> float:
+def _pinned(cpu: int | None):
+    if cpu is None:
+        return None
+    return lambda: os.sched_setaffinity(0, {cpu})
+
+
+def raw_rtt_us(iterations: int, cpus: tuple[int, int] | None = None) -> float:
+    """Raw loopback TCP round trip; ``cpus`` pins (server, client) to those CPUs."""
+    server_cpu, client_cpu = cpus if cpus is not None else (None, None)
     server = subprocess.Popen(
-        [sys.executable, "-c", RAW_SERVER], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", RAW_SERVER],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_pinned(server_cpu),
     )
     try:
         port = server.stdout.readline().strip()
@@ -104,6 +122,7 @@ def raw_rtt_us(iterations: int) -> float:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=_pinned(client_cpu),
         )
         return float(_wait([client, server]).split()[0])
     finally:
@@ -180,8 +199,13 @@ def measure(iterations: int = 2000) -> dict:
     raw = raw_rtt_us(iterations) / 2
     tb = tbcomm_rtt_us(iterations) / 2
     tb_rep = tbcomm_rtt_us(iterations, report_messages=True) / 2
+    cpus = sorted(os.sched_getaffinity(0))
+    same = raw_rtt_us(iterations, (cpus[0], cpus[0])) / 2
+    two = raw_rtt_us(iterations, (cpus[0], cpus[1])) / 2 if len(cpus) > 1 else float("nan")
     return {
         "raw_one_way_us": round(raw, 1),
+        "raw_pinned_one_cpu_one_way_us": round(same, 1),
+        "raw_pinned_two_cpus_one_way_us": round(two, 1),
         "tbcomm_one_way_us": round(tb, 1),
         "ratio": round(tb / raw, 2),
         "tbcomm_reporting_one_way_us": round(tb_rep, 1),
@@ -202,10 +226,20 @@ def main() -> None:
         print(
             f"run {i + 1}: raw {r['raw_one_way_us']:.1f} us, tbcomm {r['tbcomm_one_way_us']:.1f} us "
             f"(x{r['ratio']:.2f}), tbcomm reporting {r['tbcomm_reporting_one_way_us']:.1f} us "
-            f"(x{r['ratio_reporting']:.2f})",
+            f"(x{r['ratio_reporting']:.2f}); raw pinned: one CPU "
+            f"{r['raw_pinned_one_cpu_one_way_us']:.1f} us, "
+            f"two CPUs {r['raw_pinned_two_cpus_one_way_us']:.1f} us",
             flush=True,
         )
-    keys = ("raw_one_way_us", "tbcomm_one_way_us", "ratio", "tbcomm_reporting_one_way_us", "ratio_reporting")
+    keys = (
+        "raw_one_way_us",
+        "tbcomm_one_way_us",
+        "ratio",
+        "tbcomm_reporting_one_way_us",
+        "ratio_reporting",
+        "raw_pinned_one_cpu_one_way_us",
+        "raw_pinned_two_cpus_one_way_us",
+    )
     summary = {k: round(statistics.median(r[k] for r in runs), 2) for k in keys}
     summary.update(iterations=args.iterations, runs=args.runs, host_cores=len(os.sched_getaffinity(0)))
     summary["when"] = time.strftime("%Y-%m-%dT%H:%M:%S")

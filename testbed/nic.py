@@ -6,6 +6,20 @@ NIC sees every arrival, every waiting (and blocked) receiver and every unconsume
 the coscheduling policies need (paper 003's NIC firmware). Skipping a sender-side relay halves the relay
 cost (MEASUREMENTS.md: each Python hop adds a few microseconds pinned, far more unpinned).
 
+Two delivery modes, fixed per NIC and told to each worker in its GO frame:
+
+* ``report_messages=True`` (a policy wants message events): request/response as above, so every
+  MessageArrived / ReceiverWaiting / ReceiverBlocked / MessageConsumed is exact when it is reported.
+* ``report_messages=False`` (nobody looks at the events): a standing receive. Once GO is sent, the NIC
+  pushes every message for the worker as it arrives, without waiting for a RECV frame, and the worker
+  matches source and tag itself. This saves one frame, and one wake-up of the NIC, per message (the
+  largest single cost, see benchmarks/tbcomm_latency.py). The NIC still counts every arrival; a pushed
+  message counts as unconsumed until the worker acknowledges it. Acknowledgements are lazy: the
+  reserved header field of every frame the worker sends to its own NIC carries the number of pushed
+  messages it consumed since its previous frame (an ACK frame only if that would overflow 16 bits), so
+  between two frames :meth:`Nic.unconsumed` may still count messages the worker has already taken; it
+  is exact again at the worker's next frame to its own NIC, and at its BYE.
+
 The NIC lives in the node agent's asyncio loop thread (:mod:`testbed.loop`); every method except
 :meth:`Nic.go` must be called from that thread (``go`` also accepts other threads).
 
@@ -43,9 +57,11 @@ log = logging.getLogger(__name__)
 # worker's import time matters: it would pull in asyncio and the policy types).
 
 HEADER = struct.Struct("!IBBHiii")
+# The reserved field ("H"), in a frame a worker sends to its own NIC: how many pushed messages the worker
+# consumed since its previous frame (standing receive only; 0 otherwise). Other NICs ignore it.
 HELLO = 1  # worker -> own NIC: a=rank, b=pid, body=job id; the worker then waits for GO
 PEER = 2  # worker -> any NIC it sends to: a=rank, body=job id + "\n" + the worker's own node NIC address
-GO = 3  # NIC -> worker: start
+GO = 3  # NIC -> worker: start; mode=1: standing receive (the NIC pushes messages, the worker sends no RECV)
 DATA = 4  # worker -> NIC: a=src rank, b=dst rank, c=tag, body=payload; forwarded unchanged to the receiver
 RECV = 5  # worker -> own NIC: mode=wait mode, a=src or ANY, c=tag or ANY; answered by one DATA or ERROR
 BLOCKED = 6  # worker -> own NIC: the pending RECV stopped spinning and now blocks
@@ -54,6 +70,7 @@ COLL_LEAVE = 8  # worker -> own NIC: body=op name
 PROGRESS = 9  # worker -> own NIC: body=float64 value + unit name
 ERROR = 10  # NIC -> worker: body=reason; the pending RECV can never be satisfied
 BYE = 11  # worker -> NIC: clean close follows (an EOF without BYE means the worker died)
+ACK = 12  # worker -> own NIC: nothing but the acknowledgement count in the reserved field
 
 ANY = -1
 MODES = ("block", "spin", "spin-block")  # index = mode byte in RECV
@@ -80,6 +97,7 @@ class _Rx:
     want: tuple[int, int, int] | None = None  # (src, tag, mode)
     conn: _Conn | None = None
     go: bool = False  # the agent said go (possibly before HELLO arrived)
+    ahead: int = 0  # standing receive: messages pushed to the worker that it has not acknowledged yet
 
 
 @dataclass(eq=False)
@@ -104,6 +122,7 @@ class _Conn(asyncio.BufferedProtocol):
 
     def __init__(self, nic: Nic) -> None:
         self.nic = nic
+        self.rx: _Rx | None = None  # own-node connection: its receiver
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray(_RBUF)
         self.start = 0  # first byte not yet parsed
@@ -148,10 +167,13 @@ class _Conn(asyncio.BufferedProtocol):
         frame = self.nic._frame
         try:
             while end_all - off >= hsize:
-                blen, ftype, mode, _, a, b, c = HEADER.unpack_from(buf, off)
+                blen, ftype, mode, acks, a, b, c = HEADER.unpack_from(buf, off)
                 end = off + hsize + blen
                 if end > end_all:
                     break
+                if acks and self.rx is not None:
+                    rx = self.rx
+                    rx.ahead = max(0, rx.ahead - acks)
                 frame(self, ftype, mode, a, b, c, buf, off, end)
                 off = end
         except _ProtocolError as exc:
@@ -204,6 +226,8 @@ class Nic:
         self.host = host
         self.address = ""
         self._emulate_link = latency_s > 0 or bandwidth_Bps is not None
+        # Standing receive (push) unless a policy wants message events; fixed for the NIC's life.
+        self._push = not report_messages
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread_id: int | None = None
         self._server: asyncio.AbstractServer | None = None
@@ -235,7 +259,7 @@ class Nic:
             return
         rx.go = True
         if rx.conn is not None:
-            rx.conn.transport.write(HEADER.pack(0, GO, 0, 0, 0, 0, 0))
+            self._send_go(rx)
 
     def stats(self) -> dict:
         # list() snapshots under the GIL, so this is also safe from a thread other than the loop's.
@@ -247,7 +271,7 @@ class Nic:
             "messages_out": self._messages_out,
             "bytes_out": self._bytes_out,
             "arrivals": self._arrivals,
-            "unconsumed": sum(len(rx.queue) for rx in receivers),
+            "unconsumed": sum(len(rx.queue) + rx.ahead for rx in receivers),
             "in_flight": sum(len(link.queue) for link in links),
             "waiting": sum(1 for rx in receivers if rx.want is not None),
             "connections": len(self._conns),
@@ -255,7 +279,7 @@ class Nic:
 
     def unconsumed(self, proc: Proc) -> int:
         rx = self._rx.get((proc.job_id, proc.rank))
-        return len(rx.queue) if rx is not None else 0
+        return len(rx.queue) + rx.ahead if rx is not None else 0
 
     def drop_job(self, job_id: str) -> None:
         """Forget a finished job's receivers and unconsumed messages (the agent calls it when a job ends)."""
@@ -339,8 +363,9 @@ class Nic:
             if rx.conn is not None:
                 raise _ProtocolError(f"{rx.proc} is already connected")
             rx.conn = conn
+            conn.rx = rx
             if rx.go:  # the agent said go before the worker got here
-                conn.transport.write(HEADER.pack(0, GO, 0, 0, 0, 0, 0))
+                self._send_go(rx)
             try:
                 self.hooks.on_hello(rx.proc, b)
             except Exception:
@@ -354,8 +379,27 @@ class Nic:
             conn.src_link = None if src_nic == self.address else src_nic
         elif ftype == BYE:
             conn.bye = True
+        elif ftype == ACK:
+            pass  # buffer_updated applied the count in the reserved field
         else:
             raise _ProtocolError(f"unknown frame type {ftype}")
+
+    def _send_go(self, rx: _Rx) -> None:
+        rx.conn.transport.write(HEADER.pack(0, GO, 1 if self._push else 0, 0, 0, 0, 0))
+        if self._push:
+            # Messages that came before GO were held; the standing receive takes them now, in order.
+            q = rx.queue
+            while q:
+                self._push_msg(rx, q.popleft())
+            if rx.proc.job_id in self._failed:
+                self._fail(rx, self._failed[rx.proc.job_id])
+
+    def _push_msg(self, rx: _Rx, msg: tuple) -> None:
+        frame = msg[2]
+        rx.ahead += 1
+        self._messages_out += 1
+        self._bytes_out += len(frame) - HEADER.size
+        rx.conn.transport.write(frame)
 
     def _local_rx(self, conn: _Conn) -> _Rx:
         if not conn.local:
@@ -386,6 +430,9 @@ class Nic:
 
     def _arrive(self, rx: _Rx, msg: tuple) -> None:
         self._arrivals += 1
+        if self._push and rx.go and rx.conn is not None:
+            self._push_msg(rx, msg)
+            return
         rx.queue.append(msg)
         if self.report_messages:
             self._event(MessageArrived(rx.proc, msg[0], len(rx.queue)))
@@ -440,5 +487,10 @@ class Nic:
             reason = f"rank {conn.rank} of job {conn.job} disconnected without closing (died?)"
             self._failed[conn.job] = reason
             for (job, _), rx in self._rx.items():
-                if job == conn.job and rx.want is not None and rx.conn is not None:
+                # A standing receive may block without the NIC knowing: tell every receiver of the job.
+                if (
+                    job == conn.job
+                    and rx.conn is not None
+                    and (rx.want is not None or (self._push and rx.go))
+                ):
                     self._fail(rx, reason)

@@ -28,7 +28,7 @@ from testbed.nic import Nic
 # One worker program for every test; argv[1] picks the scenario, results come back as JSON on stdout.
 WORKER = r"""
 import json, os, struct, sys, time
-from testbed.apps.tbcomm import ANY, Comm
+from testbed.apps.tbcomm import ANY, Comm, CommError
 scenario = sys.argv[1]
 c = Comm.from_env()
 r = c.rank
@@ -97,6 +97,32 @@ elif scenario == "latency":
             data = c.recv(0)
             out.setdefault("delays", []).append(time.monotonic() - struct.unpack_from("d", data)[0])
             c.send(0, b"ack")
+elif scenario == "standing":
+    if r == 0:
+        for t, word in ((1, b"one"), (2, b"two"), (3, b"three")):
+            c.send(1, word, tag=t)
+        sys.stdin.readline()  # the receiver posted its standing receive and waits for tag 9
+        time.sleep(0.1)
+        c.send(1, b"late", tag=9)
+    else:
+        out["got"] = [c.recv(0, 2).decode(), c.recv(ANY, ANY).decode()]
+        print("consumed", flush=True)
+        sys.stdin.readline()
+        c.progress("it", 1.0)  # its reserved field acknowledges the two consumed messages
+        print("acked", flush=True)
+        sys.stdin.readline()
+        out["got"] += [c.recv(0, 9, mode="spin").decode(), c.recv_msg(0, ANY)[1]]
+    c.barrier()
+elif scenario == "death":
+    if r == 0:
+        time.sleep(0.2)
+        c.abort()
+        print(json.dumps(out), flush=True)
+        sys.exit(0)
+    try:
+        c.recv(0)
+    except CommError as exc:
+        out["error"] = str(exc)
 c.close()
 print(json.dumps(out), flush=True)
 """
@@ -367,3 +393,48 @@ def test_worker_exits_with_reason_when_nic_vanishes(cluster_factory) -> None:
     _, stderr = p.communicate(timeout=10)
     assert p.returncode != 0
     assert "closed the connection" in stderr
+
+
+def test_standing_receive_pushes_and_counts_until_acknowledged(cluster_factory) -> None:
+    # report_messages=False: the NIC pushes each message without a RECV; the worker acknowledges lazily
+    cl = cluster_factory(2, auto_go=False)
+    rx = Proc("j", 1)
+    p0, p1 = cl.worker("standing", "j", [0, 1], stdin=True)
+    cl.on_loop(0, cl.nics[0].go, Proc("j", 0))
+    nic1 = cl.nics[1]
+    # three arrivals before the receiver's GO: held at the NIC, all unconsumed
+    for _ in range(500):
+        if cl.on_loop(1, nic1.stats)["arrivals"] == 3:
+            break
+        time.sleep(0.01)
+    assert cl.on_loop(1, nic1.stats)["arrivals"] == 3
+    assert cl.on_loop(1, nic1.unconsumed, rx) == 3
+    cl.hooks[1].wait_for(lambda: len(cl.hooks[1].hellos) == 1)
+    cl.on_loop(1, nic1.go, rx)  # GO pushes the three, in order
+    assert p1.stdout.readline().strip() == "consumed"
+    # two taken by the worker but not acknowledged yet (no frame to its NIC since): still counted
+    assert cl.on_loop(1, nic1.unconsumed, rx) == 3
+    assert cl.on_loop(1, nic1.stats)["messages_out"] == 3
+    p1.stdin.write("go\n")
+    p1.stdin.flush()
+    assert p1.stdout.readline().strip() == "acked"
+    cl.hooks[1].wait_for(lambda: len(cl.hooks[1].progress) == 1)
+    assert cl.on_loop(1, nic1.unconsumed, rx) == 1  # the PROGRESS frame carried the two acknowledgements
+    # a message that arrives while the standing receive waits (spin) for it
+    p1.stdin.write("go\n")
+    p1.stdin.flush()
+    p0.stdin.write("go\n")
+    p0.stdin.flush()
+    _, r1 = results([p0, p1])
+    assert r1["got"] == ["two", "one", "late", 3]
+    cl.hooks[1].wait_for(lambda: cl.hooks[1].disconnects == [rx])
+    s1 = cl.on_loop(1, nic1.stats)
+    assert s1["unconsumed"] == 0 and s1["waiting"] == 0  # BYE acknowledged the rest
+    assert s1["messages_out"] == s1["arrivals"] == 5  # four + the barrier's reply
+    assert cl.hooks[1].events == []
+
+
+def test_standing_receive_fails_when_a_peer_dies(cluster_factory) -> None:
+    cl = cluster_factory(2)
+    _, r1 = results(cl.worker("death", "j", [0, 1]))
+    assert "disconnected without closing" in r1["error"], r1
