@@ -16,36 +16,56 @@ import yaml
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
-def run_marked_pids() -> list[int]:
-    """Processes carrying a TESTBED_RUN_ID in their environment: the run's workers."""
+def run_ids(out: Path) -> set[str]:
+    """The run ids a results folder's agents reported (one per repetition)."""
+    ids = set()
+    for f in out.rglob("events/node*.jsonl"):
+        for line in f.read_text().splitlines():
+            if '"run_id"' in line:
+                try:
+                    ids.add(json.loads(line)["run_id"])
+                except (json.JSONDecodeError, KeyError):
+                    continue
+    return ids
+
+
+def run_marked_pids(ids: set[str]) -> list[int]:
+    """Processes carrying one of these TESTBED_RUN_IDs in their environment: those runs' workers.
+
+    Scoped to the test's own runs: another run on the same machine (a benchmark, another test session)
+    is none of this test's business."""
     me = os.getpid()
+    marks = [f"TESTBED_RUN_ID={i}\0".encode() for i in ids]
     found = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit() or int(d.name) == me:
             continue
         try:
-            env = (d / "environ").read_bytes()
+            env = (d / "environ").read_bytes() + b"\0"
         except OSError:
             continue
-        if b"TESTBED_RUN_ID=" in env:
+        if any(m in env for m in marks):
             found.append(int(d.name))
     return found
 
 
-def testbed_cgroups() -> list[str]:
+def testbed_cgroups(ids: set[str]) -> list[str]:
     found = []
     if CGROUP_ROOT.exists():
         for hier in CGROUP_ROOT.iterdir():
-            top = hier / "testbed"
-            if top.is_dir():
-                found.extend(str(p) for p in top.iterdir() if p.is_dir())
+            for i in ids:
+                if (hier / "testbed" / i).exists():
+                    found.append(str(hier / "testbed" / i))
     return found
 
 
-def wait_clean(timeout: float = 20.0) -> tuple[list[int], list[str]]:
+def wait_clean(out: Path, timeout: float = 20.0) -> tuple[list[int], list[str]]:
+    """Waits until no worker and no cgroup of the runs behind ``out`` remains; returns what is left."""
+    ids = run_ids(out)
+    assert ids, f"no run id found under {out}: the agents never started?"
     deadline = time.monotonic() + timeout
     while True:
-        pids, cgs = run_marked_pids(), testbed_cgroups()
+        pids, cgs = run_marked_pids(ids), testbed_cgroups(ids)
         if (not pids and not cgs) or time.monotonic() > deadline:
             return pids, cgs
         time.sleep(0.2)
@@ -120,15 +140,14 @@ def start_cli(args: list[str], **kw) -> subprocess.Popen:
 
 
 @pytest.fixture(autouse=True)
-def nothing_left_behind():
-    """Every e2e test must leave no worker and no cgroup; a leftover from an earlier test is cleaned
-    and reported so one failure does not cascade."""
-    pids, cgs = run_marked_pids(), testbed_cgroups()
-    if pids or cgs:
-        from testbed.janitor import cleanup_all
-
-        cleanup_all()
+def clean_after_failure(tmp_path):
+    """A failed test may leave its own run behind; sweep exactly those runs so one failure does not
+    cascade (the tests themselves assert that nothing was left before this runs)."""
     yield
+    from testbed.janitor import cleanup_run
+
+    for i in run_ids(tmp_path):
+        cleanup_run(i)
 
 
 def kill_tree(p: subprocess.Popen) -> None:

@@ -38,7 +38,7 @@ def test_ctrl_c_cleans_up_and_keeps_partial_results(scenario_file, tmp_path):
     finally:
         kill_tree(p)
     assert p.returncode == 130, text
-    assert wait_clean() == ([], [])
+    assert wait_clean(out) == ([], [])
     rows = _jobs(out)
     assert rows["long"]["final_state"] == "COMPLETED_KILLED"
     assert "interrupted" in rows["long"]["reason"]
@@ -54,7 +54,7 @@ def test_exception_in_runner_cleans_up(tmp_path):
 
     with pytest.raises(RuntimeError, match="injected"):
         runner.run_once(scn, "ray", out, on_status=boom)
-    assert wait_clean() == ([], [])
+    assert wait_clean(out) == ([], [])
     assert (out / "jobs.csv").exists() and (out / "events.jsonl").exists()
 
 
@@ -73,7 +73,7 @@ def test_crashing_worker_fails_its_job_with_reason(scenario_file, tmp_path):
     rows = _jobs(out)
     assert rows["long2"]["final_state"] == "COMPLETED_FAILED"
     assert "signal 9" in rows["long2"]["reason"], rows["long2"]["reason"]
-    assert wait_clean() == ([], [])
+    assert wait_clean(out) == ([], [])
 
 
 def test_kill_9_of_a_node_agent(scenario_file, tmp_path):
@@ -92,7 +92,7 @@ def test_kill_9_of_a_node_agent(scenario_file, tmp_path):
         p.communicate(timeout=60)
     finally:
         kill_tree(p)
-    assert wait_clean() == ([], [])
+    assert wait_clean(out) == ([], [])
 
 
 def test_kill_9_of_the_driver(scenario_file, tmp_path):
@@ -104,7 +104,7 @@ def test_kill_9_of_the_driver(scenario_file, tmp_path):
         p.wait(timeout=10)
     finally:
         kill_tree(p)
-    assert wait_clean(timeout=30) == ([], [])
+    assert wait_clean(out, timeout=30) == ([], [])
     # What was written before the crash is readable.
     assert list(ev.read_jsonl(out / "events" / "coordinator.jsonl"))
 
@@ -126,5 +126,5 @@ def test_oversize_job_is_rejected_with_reason_and_small_run_completes(scenario_f
     assert rows["huge"]["final_state"] == "REJECTED" and "9" in rows["huge"]["reason"]
     for j in ("a", "b", "c"):
         assert rows[j]["final_state"] == "COMPLETED_SUCCESSFULLY", rows[j]
-    assert wait_clean() == ([], [])
+    assert wait_clean(out) == ([], [])
     assert time.monotonic() - t < 240

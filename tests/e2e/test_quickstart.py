@@ -36,7 +36,7 @@ def test_quickstart_on_real_processes_and_in_the_simulator(tmp_path):
     p = _cli("run", str(QUICKSTART), "--out", str(real), timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "mean response time" in p.stdout and f"results: {real}" in p.stdout
-    assert wait_clean() == ([], [])
+    assert wait_clean(real) == ([], [])
 
     for name in ("events.jsonl", "jobs.csv", "summary.json", "scenario.yaml"):
         assert (real / name).exists(), name
