@@ -1,0 +1,125 @@
+"""The metric math (power model, energy over emulated time, utilisation), families that must exist at zero,
+and the cross-node gang switch skew bookkeeping."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from prometheus_client import generate_latest
+from testbed.monitoring.metrics import (
+    ADMISSION_OUTCOMES,
+    DEADLINE_OUTCOMES,
+    JOB_STATES,
+    PROCESS_STATES,
+    CoordinatorMetrics,
+    NodeMetrics,
+    SwitchSkew,
+    power_watts,
+    utilization,
+)
+
+B, X = 219.10, 18.968  # the scenario's default power model (paper 003)
+
+
+def _v(m, name: str, **labels) -> float | None:
+    return m.registry.get_sample_value(name, labels)
+
+
+def test_power_is_idle_plus_busy_times_utilisation():
+    assert power_watts(B, X, 0.0) == B
+    assert power_watts(B, X, 1.0) == B + X
+    m = NodeMetrics(3, "gang", B, X, tdf=4.0)
+    assert _v(m, "testbed_node_power_watts", node="3") == B  # idle before the first sample
+    for u in (0.0, 0.25, 0.5, 1.0):
+        assert m.sample(u, 1.0) == pytest.approx(B + X * u)
+        assert _v(m, "testbed_node_power_watts", node="3") == pytest.approx(B + X * u)
+        assert _v(m, "testbed_node_cpu_utilization_ratio", node="3", scheduler="gang") == u
+
+
+def test_energy_integrates_power_over_emulated_time_like_the_summary():
+    m = NodeMetrics(0, "gang", B, X, tdf=4.0)
+    intervals = [(0.2, 0.5), (1.0, 0.25), (0.0, 1.0), (0.6, 0.25)]  # (u, dt emulated s)
+    for u, dt in intervals:
+        m.sample(u, dt)
+    expected = sum((B + X * u) * dt for u, dt in intervals)
+    assert _v(m, "testbed_node_energy_joules_total", node="0") == pytest.approx(expected)
+    # The summary's E = (B + X*U)*T per node, U the time-weighted mean utilisation: the same number,
+    # because the model is linear in u.
+    t = sum(dt for _, dt in intervals)
+    mean_u = sum(u * dt for u, dt in intervals) / t
+    assert _v(m, "testbed_node_energy_joules_total", node="0") == pytest.approx((B + X * mean_u) * t)
+    m.sample(0.5, 0.0)  # an empty interval adds nothing
+    assert _v(m, "testbed_node_energy_joules_total", node="0") == pytest.approx(expected)
+
+
+def test_utilisation_is_cpu_over_envelope_capacity_and_tdf_cancels():
+    # A node of rate 0.5, TDF 4: its quota is 0.125 core; 2 emulated s = 8 real s = 1 real CPU-second.
+    assert utilization(1.0, 2.0, cpu_rate=0.5) == pytest.approx(1.0)
+    assert utilization(0.25, 2.0, cpu_rate=0.5) == pytest.approx(0.25)
+    assert utilization(1.0, 1.0, cpu_rate=1.0, cores=2) == pytest.approx(0.5)
+    assert utilization(5.0, 1.0) == 1.0 and utilization(-1.0, 1.0) == 0.0  # clamped
+    assert utilization(1.0, 0.0) == 0.0
+
+
+def test_node_families_exist_before_anything_happens():
+    m = NodeMetrics(1, "local", B, X, tdf=2.5, job_classes=["compute", "io"])
+    for s in PROCESS_STATES:
+        assert _v(m, "testbed_node_processes", node="1", state=s) == 0
+    assert _v(m, "testbed_node_dispatches_total", node="1", scheduler="local") == 0
+    assert _v(m, "testbed_node_energy_joules_total", node="1") == 0
+    assert _v(m, "testbed_job_progress_total", node="1", job_class="io", unit="barriers") == 0
+    assert _v(m, "testbed_time_dilation_factor", node="1") == 2.5
+    assert math.isnan(_v(m, "testbed_node_cpu_rate_error_ratio", node="1"))  # not probed yet
+    assert _v(m, "testbed_policy_decision_seconds_count", role="local", scheduler="local") == 0
+    m.add_progress("io", "barriers", 3)
+    m.add_progress("io", "weird-unit", 2)
+    assert _v(m, "testbed_job_progress_total", node="1", job_class="io", unit="barriers") == 3
+    assert _v(m, "testbed_job_progress_total", node="1", job_class="io", unit="other") == 2
+
+
+def test_coordinator_families_exist_at_zero_and_jobs_reset():
+    m = CoordinatorMetrics("gang", tdf=3.0, job_classes=["compute", None])
+    for jc in ("compute", "none"):
+        for o in ADMISSION_OUTCOMES:
+            assert _v(m, "testbed_admissions_total", outcome=o, job_class=jc, scheduler="gang") == 0
+        for o in DEADLINE_OUTCOMES:
+            assert _v(m, "testbed_deadlines_total", outcome=o, job_class=jc, scheduler="gang") == 0
+        for s in JOB_STATES:
+            assert _v(m, "testbed_jobs", state=s, job_class=jc, scheduler="gang") == 0
+    m.set_jobs({("running", "compute"): 2, ("pending", "compute"): 5})  # pending (not arrived) is no state
+    assert _v(m, "testbed_jobs", state="running", job_class="compute", scheduler="gang") == 2
+    assert _v(m, "testbed_jobs", state="pending", job_class="compute", scheduler="gang") is None
+    m.set_jobs({("finished", "compute"): 2})
+    assert _v(m, "testbed_jobs", state="running", job_class="compute", scheduler="gang") == 0
+    m.admission("rejected", "compute")
+    assert _v(m, "testbed_admissions_total", outcome="rejected", job_class="compute", scheduler="gang") == 1
+    assert _v(m, "testbed_time_dilation_factor") == 3.0
+    text = generate_latest(m.registry).decode()
+    assert "testbed_admissions_total{" in text and "_created" not in text
+
+
+def test_switch_skew_per_slot_once_every_node_reported():
+    s = SwitchSkew()
+    s.expect(7, [0, 1, 2], now=0.0)
+    assert s.report(0, 7, 1.000) is None
+    assert s.report(5, 7, 9.000) is None  # a node the slot was not dispatched to
+    assert s.report(2, 7, 1.004) is None
+    assert s.report(1, 7, 1.001) == pytest.approx(0.004)
+    assert len(s) == 0 and s.report(1, 7, 1.0) is None  # reported once
+    s.expect(8, [0], now=0.0)  # one node: no spread to speak of
+    assert len(s) == 0
+
+
+def test_switch_skew_times_out_or_gives_up_on_down_nodes():
+    s = SwitchSkew()
+    s.expect(1, [0, 1, 2], now=0.0)
+    s.expect(2, [0, 1, 2], now=0.0)
+    s.expect(3, [0, 1, 2], now=9.0)
+    s.report(0, 1, 5.0)
+    s.report(1, 1, 5.002)
+    s.report(0, 2, 6.0)
+    assert s.expire(now=1.0, timeout=5.0) == []
+    assert s.expire(now=1.0, timeout=5.0, down=[2]) == [pytest.approx(0.002)]  # node 2 died: slot 1 closes
+    assert s.expire(now=6.0, timeout=5.0) == []  # slot 2: one report only, dropped without a figure
+    assert len(s) == 1  # slot 3 is recent
