@@ -59,6 +59,8 @@ class NodeConfig:
     seed: int = 0
     latency_s: float = 0.0
     bandwidth_Bps: float | None = None
+    #: None: no exporter; else {host, port, scrape_interval_s, idle_watts, busy_watts, job_classes}.
+    monitoring: dict | None = None
 
 
 @dataclass
@@ -106,6 +108,7 @@ class NodeAgent:
         self._wakeup = None
         self._sampler = None
         self._control0: tuple[float, float] | None = None
+        self._init_metrics()
         # One long-lived thread spawns every worker: PR_SET_PDEATHSIG fires when the forking *thread* dies.
         # It is not the loop thread: Popen waits until the child has exec'd, and the child joins the node's
         # throttled cgroup before exec, so a spawn can take a whole CFS period; the timers must not wait.
@@ -137,6 +140,7 @@ class NodeAgent:
             ev.RUN_INFO,
             t=0.0,
             node=self.node,
+            run_id=self.cfg.run_id,
             pid=os.getpid(),
             priority=self.priority,
             envelope=self.envelope.kind,
@@ -156,6 +160,7 @@ class NodeAgent:
             "envelope": self.envelope.kind,
             "envelope_note": getattr(self.envelope, "note", "") or "",
             "configured_rate": self.envelope.configured_rate(),
+            "metrics": self.metrics_address,
         }
 
     def ping(self) -> int:
@@ -174,6 +179,7 @@ class NodeAgent:
             self.notify = notify
             self._control0 = (time.process_time(), time.monotonic())
             self._schedule_sample()
+            self._schedule_metrics()
 
         self.lt.call(_set)
 
@@ -213,8 +219,11 @@ class NodeAgent:
 
     def record_probe(self, result: dict) -> None:
         self.events.emit(ev.RATE_PROBE, t=0.0, **result)
+        if self.metrics is not None:
+            self.metrics.rate_error.set(result["error"])
 
     def start_proc(self, job_id: str, rank: int, size: int, nics: list[str], app: dict) -> int:
+        self._job_class[job_id] = app.get("job_class")
         argv, env, base = self.lt.call(self._proc_command, job_id, rank, size, nics, app)
         worker = self.spawner.submit(
             spawn, argv, env=env, cwd=str(self.run_dir), stdout=f"{base}.out", stderr=f"{base}.err",
@@ -259,6 +268,10 @@ class NodeAgent:
             self.spawner.shutdown(wait=True)
             self.envelope.destroy()  # also kills anything a late spawn left inside
             self.events.close()
+            if self._metrics_server is not None:
+                from testbed.monitoring.metrics import stop
+
+                stop(self._metrics_server)
         return {"node": self.node, "killed": killed}
 
     # ----------------------------------------------------------------------------------------------------
@@ -270,10 +283,15 @@ class NodeAgent:
         self.nic.go(proc)
 
     def on_local_event(self, event) -> None:
-        self._apply(self.policy.on_event(self.clock.now(), event))
+        self._apply(self._decide(self.clock.now(), event))
 
     def on_progress(self, proc: Proc, unit: str, value: float) -> None:
         self.events.emit(ev.PROGRESS, node=self.node, job=proc.job_id, rank=proc.rank, unit=unit, value=value)
+        if self.metrics is not None:  # value is cumulative per process; the counter takes increments
+            key = (self._job_class.get(proc.job_id), unit)
+            last = self._progress_last.get((proc, unit), 0.0)
+            self._progress_last[(proc, unit)] = value
+            self._progress[key] = self._progress.get(key, 0.0) + max(0.0, value - last)
 
     def on_disconnect(self, proc: Proc) -> None:
         pass  # the pidfd tells when the process is really gone
@@ -332,7 +350,7 @@ class NodeAgent:
         self.events.emit(
             ev.PROC_STARTED, t=now, node=self.node, job=proc.job_id, rank=proc.rank, pid=worker.pid
         )
-        self._apply(self.policy.on_event(now, ProcAdded(proc)))
+        self._apply(self._decide(now, ProcAdded(proc)))
         return worker.pid
 
     def _on_exit(self, proc: Proc, killed: str | None = None) -> None:
@@ -361,7 +379,9 @@ class NodeAgent:
                "reason": reason}  # fmt: skip
         self.events.emit(ev.PROC_EXITED, t=now, **rec)
         self.exits.append(rec)
-        self._apply(self.policy.on_event(now, ProcExited(proc)))
+        self._apply(self._decide(now, ProcExited(proc)))
+        for key in [k for k in self._progress_last if k[0] == proc]:
+            del self._progress_last[key]
         if not any(p.job_id == proc.job_id for p in self.procs):
             self.nic.drop_job(proc.job_id)  # frees messages nobody will consume
         if self.notify is not None:
@@ -381,6 +401,7 @@ class NodeAgent:
             for st in cont:
                 st.worker.cont()
                 st.running = True
+            self._dispatches += len(cont)
             if stop or cont:
                 # SIGCONT makes a task runnable inside kill(); once SIGSTOP's kill() has returned the target
                 # runs no more user-space instructions. So the switch took effect here.
@@ -398,7 +419,7 @@ class NodeAgent:
 
     def _on_wakeup(self) -> None:
         self._wakeup = None
-        self._apply(self.policy.on_event(self.clock.now(), Timer()))
+        self._apply(self._decide(self.clock.now(), Timer()))
 
     def _arm_switch(self, at: float, slot: int, allowed: frozenset[str], received: float) -> None:
         self.lt.loop.call_at(self.clock.real_at(at), self._switch, at, slot, allowed, received)
@@ -406,7 +427,7 @@ class NodeAgent:
     def _switch(self, at: float, slot: int, allowed: frozenset[str], received: float) -> None:
         t_real = time.monotonic()
         self._sample(emit=False)  # per-process CPU of the quantum that ends here, from the kernel
-        effect = self._apply(self.policy.on_event(self.clock.emu_at(t_real), SlotStart(slot, allowed)))
+        effect = self._apply(self._decide(self.clock.emu_at(t_real), SlotStart(slot, allowed)))
         if effect is None:
             effect = t_real  # nothing to change: the node was already in the slot's state
         self.switches += 1
@@ -421,6 +442,8 @@ class NodeAgent:
             late_ms=(e_emu - at) * 1000.0,
             notice_ms=(at - self.clock.emu_at(received)) * 1000.0,
         )
+        if self.metrics is not None:
+            self._switch_batch.append((slot, e_emu))  # sent to the coordinator (skew) by the metrics tick
 
     def _sample(self, emit: bool) -> None:
         now = self.clock.now()
@@ -434,7 +457,7 @@ class NodeAgent:
                 self.events.emit(ev.PROC_CPU, t=now, node=self.node, job=p.job_id, rank=p.rank, cpu_s=cpu)
             if self.wants_util and dt > 0:
                 util = (cpu - st.cpu_at_sample) / (dt * self.cfg.cpu_rate * self.cfg.cores)
-                self._apply(self.policy.on_event(now, UtilizationSample(p, util, dt)))
+                self._apply(self._decide(now, UtilizationSample(p, util, dt)))
             st.cpu_at_sample, st.t_at_sample = cpu, now
 
     def _schedule_sample(self) -> None:
@@ -459,10 +482,92 @@ class NodeAgent:
     def _kill_all(self, reason: str) -> int:
         if self._sampler is not None:
             self._sampler.cancel()
+        if self._metrics_timer is not None:
+            self._metrics_timer.cancel()
         procs = list(self.procs)
         for p in procs:
             self._on_exit(p, killed=reason)
         return len(procs)
+
+    # ----------------------------------------------------------------------------------------------------
+    # Metrics (monitoring/metrics.py): buffered by the loop, pushed into the registry once per interval
+
+    def _init_metrics(self) -> None:
+        self.metrics = None
+        self.metrics_address: str | None = None
+        self._metrics_server = None
+        self._metrics_timer = None
+        self._decisions: list[float] = []
+        self._dispatches = 0
+        self._switch_batch: list[tuple[int, float]] = []
+        self._job_class: dict[str, str | None] = {}
+        self._progress: dict[tuple[str | None, str], float] = {}
+        self._progress_last: dict[tuple[Proc, str], float] = {}
+        mon = self.cfg.monitoring
+        if not mon:
+            return
+        from testbed.monitoring.metrics import NodeMetrics, serve
+
+        self.metrics = NodeMetrics(
+            self.node,
+            self.cfg.scheduler,
+            mon.get("idle_watts", 0.0),
+            mon.get("busy_watts", 0.0),
+            self.cfg.tdf,
+            mon.get("job_classes", ()),
+        )
+        self._metrics_server, self.metrics_address = serve(
+            self.metrics.registry, mon.get("host", "127.0.0.1"), mon.get("port")
+        )
+
+    def _decide(self, now: float, event) -> LocalDecision:
+        if self.metrics is None:
+            return self.policy.on_event(now, event)
+        t = time.perf_counter()
+        decision = self.policy.on_event(now, event)
+        self._decisions.append(time.perf_counter() - t)
+        return decision
+
+    def _schedule_metrics(self) -> None:
+        if self.metrics is None:
+            return
+        if self._metrics_timer is not None:
+            self._metrics_timer.cancel()
+        period = float(self.cfg.monitoring.get("scrape_interval_s", 1.0))
+        self._metrics_last = (time.monotonic(), self.envelope.cpu_usage_s())
+
+        def tick():
+            try:
+                self._metrics_tick()
+            finally:
+                self._metrics_timer = self.lt.loop.call_later(period, tick)
+
+        self._metrics_timer = self.lt.loop.call_later(period, tick)
+
+    def _metrics_tick(self) -> None:
+        from testbed.monitoring.metrics import utilization
+
+        m = self.metrics
+        t_real, cpu = time.monotonic(), self.envelope.cpu_usage_s()
+        t0, cpu0 = self._metrics_last
+        self._metrics_last = (t_real, cpu)
+        dt_emu = (t_real - t0) / self.cfg.tdf
+        m.sample(utilization(cpu - cpu0, dt_emu, self.cfg.cpu_rate, self.cfg.cores), dt_emu)
+        running = sum(st.running for st in self.procs.values())
+        blocked = min(running, self.nic.stats()["waiting"])
+        m.set_processes(running - blocked, len(self.procs) - running, blocked)
+        if self._dispatches:
+            m.dispatches.inc(self._dispatches)
+            self._dispatches = 0
+        for (jc, unit), amount in self._progress.items():
+            m.add_progress(jc, unit, amount)
+        self._progress.clear()
+        m.observe_decisions(self._decisions)
+        self._decisions.clear()
+        if self._switch_batch:
+            batch, self._switch_batch = self._switch_batch, []
+            if self.notify is not None:
+                self.notify("switches", {"node": self.node, "switches": batch})
 
     def _stats(self) -> dict:
         return {

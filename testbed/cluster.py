@@ -83,6 +83,7 @@ def run_ray(
         Agent = ray.remote(num_cpus=0, max_concurrency=8)(AgentActor)
         Coord = ray.remote(num_cpus=0, max_concurrency=8)(CoordinatorActor)
         c = scn.cluster
+        mon = _monitoring(scn, jobs)
         phase(f"starting {c.nodes} node agents")
         for n in range(c.nodes):
             cfg = NodeConfig(
@@ -98,6 +99,7 @@ def run_ray(
                 seed=scn.workload.seed,
                 latency_s=c.network.latency_us * 1e-6,
                 bandwidth_Bps=c.network.bandwidth_mbps * 1e6 / 8 if c.network.bandwidth_mbps else None,
+                monitoring=mon,
             )
             agents.append(Agent.options(name=f"node{n}").remote(cfg.__dict__))
         infos = ray.get([a.info.remote() for a in agents])
@@ -106,6 +108,9 @@ def run_ray(
         facts["agent_priority"] = sorted({i["priority"] for i in infos})
         if facts["envelope_note"]:
             log.warning(facts["envelope_note"])
+        if mon:
+            nodes_sd = [(i["node"], i["metrics"]) for i in infos]
+            _write_targets(run_dir, run_id, nodes_sd, None, mon)
 
         if scn.clock.rate_probe_s > 0:
             phase(f"probing CPU rate ({scn.clock.rate_probe_s:g} s at full load)")
@@ -132,7 +137,10 @@ def run_ray(
             nic_addresses=[i["nic"] for i in infos],
             tdf=tdf,
             duration_s=scn.duration_s,
+            monitoring=mon,
         )
+        if mon:
+            _write_targets(run_dir, run_id, nodes_sd, ray.get(coordinator.metrics_address.remote()), mon)
         t0 = time.monotonic() + CLOCK_START_DELAY_S
         ray.get([a.set_run.remote(t0, ipu, coordinator) for a in agents])
         ray.get(coordinator.start.remote(t0))
@@ -176,6 +184,27 @@ def run_ray(
             janitor.kill()
         ev.merge(sorted((run_dir / "events").glob("*.jsonl")), run_dir / "events.jsonl")
     return facts
+
+
+def _monitoring(scn: Scenario, jobs: Sequence[Job]) -> dict | None:
+    m = scn.monitoring
+    if not m.enabled:
+        return None
+    return {
+        "host": m.host,
+        "port": m.port,
+        "scrape_interval_s": m.scrape_interval_s,
+        "idle_watts": scn.cluster.power.idle_watts,
+        "busy_watts": scn.cluster.power.busy_watts,
+        "job_classes": sorted({j.spec.job_class for j in jobs}),
+    }
+
+
+def _write_targets(run_dir: Path, run_id: str, nodes: list, coordinator: str | None, mon: dict) -> None:
+    # Prometheus file_sd, rewritten as exporters come up (monitoring/prometheus.py).
+    from testbed.monitoring.prometheus import write_targets
+
+    write_targets(run_dir, run_id, nodes, coordinator, mon["scrape_interval_s"])
 
 
 def _teardown(agents: list, coordinator, reason: str) -> None:

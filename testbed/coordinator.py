@@ -57,6 +57,7 @@ class Coordinator:
         nic_addresses: Sequence[str],
         tdf: float,
         duration_s: float | None = None,
+        monitoring: dict | None = None,
     ) -> None:
         self.nodes = nodes
         self.sched_name = scheduler
@@ -77,6 +78,7 @@ class Coordinator:
         sys.setswitchinterval(0.0005)  # the planning timer must get the GIL promptly (see agent.py)
         raise_process_nice()
         self.lt = LoopThread("coordinator", on_start=raise_thread_priority)
+        self._init_metrics(monitoring)
 
     # ----------------------------------------------------------------------------------------------------
     # Public API (any thread)
@@ -87,6 +89,11 @@ class Coordinator:
     def on_node_event(self, kind: str, payload: dict) -> None:
         if kind == "proc_exited":
             self.lt.loop.call_soon_threadsafe(self._proc_exited, payload)
+        elif kind == "switches" and self.metrics is not None:
+            self.lt.loop.call_soon_threadsafe(self._switches, payload)
+
+    def metrics_address(self) -> str | None:
+        return self._metrics_address
 
     def status(self) -> dict:
         return self.lt.call(self._status)
@@ -105,6 +112,10 @@ class Coordinator:
         finally:
             self.lt.stop()
             self.events.close()
+            if self._metrics_server is not None:
+                from testbed.monitoring.metrics import stop
+
+                stop(self._metrics_server)
         return {"ended": reason}
 
     # ----------------------------------------------------------------------------------------------------
@@ -124,6 +135,8 @@ class Coordinator:
         if self.duration_s is not None:
             loop.call_at(self.clock.real_at(self.duration_s), self._end, "scenario duration reached")
         loop.call_later(HEALTH_PERIOD_REAL_S, self._health)
+        if self.metrics is not None:
+            loop.call_later(self._metrics_period, self._metrics_tick)
 
     def _submit(self, jr: _JobRun) -> None:
         if self.ended:
@@ -131,7 +144,9 @@ class Coordinator:
         spec = jr.job.spec
         jr.state = "queued"
         self.events.emit(ev.JOB_SUBMITTED, job=spec.job_id, size=spec.size, job_class=spec.job_class)
-        self._do(self.policy.submit(self._now(), spec))
+        self._do(self._decide(self.policy.submit, self._now(), spec))
+        if self.metrics is not None and jr.state != "rejected":
+            self.metrics.admission("admitted", spec.job_class)
 
     def _do(self, actions) -> None:
         for a in actions:
@@ -139,10 +154,15 @@ class Coordinator:
                 jr = self.jobs[a.job_id]
                 jr.state = "rejected"
                 self.events.emit(ev.JOB_REJECTED, job=a.job_id, reason=a.reason)
+                if self.metrics is not None:
+                    self.metrics.admission("rejected", jr.job.spec.job_class)
             elif isinstance(a, Start):
                 self._launch(self.jobs[a.job_id], a.nodes)
             elif isinstance(a, Dispatch):
                 self.events.emit(ev.SLOT_PLANNED, slot=a.slot, at=a.at)
+                if self.metrics is not None:
+                    live = [n for n in a.allowed if n not in self.down]
+                    self._skew.expect(a.slot, live, time.monotonic())
                 for node, allowed in a.allowed.items():
                     if node not in self.down:
                         self._call(node, "dispatch", a.at, a.slot, sorted(allowed))
@@ -159,7 +179,7 @@ class Coordinator:
     def _tick(self) -> None:
         self._tick_handle = None
         if not self.ended:
-            self._do(self.policy.tick(self._now()))
+            self._do(self._decide(self.policy.tick, self._now()))
 
     def _launch(self, jr: _JobRun, nodes: tuple[int, ...]) -> None:
         spec = jr.job.spec
@@ -172,7 +192,7 @@ class Coordinator:
             self._fail(jr, f"allocated node(s) {dead} are down")
             return
         nics = [self.nics[n] for n in nodes]
-        app = jr.job.app.to_dict()
+        app = {**jr.job.app.to_dict(), "job_class": spec.job_class}  # job_class: the nodes' metric label
         for rank, node in enumerate(nodes):
             fut = self._call(node, "start_proc", spec.job_id, rank, spec.size, nics, app)
             fut.add_done_callback(lambda f, jr=jr, rank=rank, node=node: self._started(f, jr, rank, node))
@@ -224,7 +244,7 @@ class Coordinator:
         if len(jr.exited_ok) == jr.job.spec.size:
             jr.state = "finished"
             self.events.emit(ev.JOB_FINISHED, job=jr.job.job_id)
-            self._do(self.policy.finished(self._now(), jr.job.job_id))
+            self._do(self._decide(self.policy.finished, self._now(), jr.job.job_id))
 
     def _fail(self, jr: _JobRun, reason: str) -> None:
         if jr.state in FINAL:
@@ -233,7 +253,7 @@ class Coordinator:
         self.events.emit(ev.JOB_FAILED, job=jr.job.job_id, reason=reason)
         self._kill_ranks(jr, reason)
         if not self.ended:
-            self._do(self.policy.finished(self._now(), jr.job.job_id))
+            self._do(self._decide(self.policy.finished, self._now(), jr.job.job_id))
 
     def _kill_ranks(self, jr: _JobRun, reason: str) -> None:
         for node in set(jr.nodes):
@@ -258,6 +278,59 @@ class Coordinator:
                 jr.state = "killed"
                 self.events.emit(ev.JOB_KILLED, job=jr.job.job_id, reason=f"{reason} before it started")
         cf.wait(waits, timeout=10)
+
+    # ----------------------------------------------------------------------------------------------------
+    # Metrics (monitoring/metrics.py)
+
+    def _init_metrics(self, mon: dict | None) -> None:
+        self.metrics = None
+        self._metrics_server = None
+        self._metrics_address: str | None = None
+        self._decisions: list[float] = []
+        if not mon:
+            return
+        from testbed.monitoring.metrics import CoordinatorMetrics, SwitchSkew, serve
+
+        classes = {jr.job.spec.job_class for jr in self.jobs.values()} | set(mon.get("job_classes", ()))
+        self.metrics = CoordinatorMetrics(self.sched_name, self.tdf, classes)
+        self._skew = SwitchSkew()
+        self._metrics_period = float(mon.get("scrape_interval_s", 1.0))
+        # A slot some node never reported (it died, or its batch was lost) is closed after this long.
+        self._skew_timeout = max(5.0, 3 * self._metrics_period)
+        self._metrics_server, self._metrics_address = serve(
+            self.metrics.registry, mon.get("host", "127.0.0.1"), mon.get("port")
+        )
+        self._update_job_metrics()
+
+    def _decide(self, fn, *args):
+        if self.metrics is None:
+            return fn(*args)
+        t = time.perf_counter()
+        actions = fn(*args)
+        self._decisions.append(time.perf_counter() - t)
+        return actions
+
+    def _switches(self, payload: dict) -> None:
+        node = payload["node"]
+        for slot, effect in payload["switches"]:
+            spread = self._skew.report(node, slot, effect)
+            if spread is not None:
+                self.metrics.skew.observe(spread)
+
+    def _update_job_metrics(self) -> None:
+        counts: dict[tuple[str, str], int] = {}
+        for jr in self.jobs.values():
+            key = (jr.state, jr.job.spec.job_class)
+            counts[key] = counts.get(key, 0) + 1
+        self.metrics.set_jobs(counts)
+
+    def _metrics_tick(self) -> None:
+        self._update_job_metrics()
+        self.metrics.observe_decisions(self._decisions)
+        self._decisions.clear()
+        for spread in self._skew.expire(time.monotonic(), self._skew_timeout, self.down):
+            self.metrics.skew.observe(spread)
+        self.lt.loop.call_later(self._metrics_period, self._metrics_tick)
 
     def _status(self) -> dict:
         counts: dict[str, int] = {}

@@ -66,6 +66,23 @@ class ClockConfig(_Model):
         return v
 
 
+class MonitoringConfig(_Model):
+    """Live Prometheus metrics (monitoring/): one exporter per node agent and one for the coordinator."""
+
+    enabled: bool = True
+    host: str = Field("127.0.0.1", description="address the exporters bind; loopback unless told otherwise")
+    port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="null = any free port (many exporters on one host); a number = every exporter binds it "
+        "(one node per container or pod, where the port is named 'metrics')",
+    )
+    scrape_interval_s: float = Field(
+        1.0, gt=0, le=60, description="real seconds: Prometheus scrape interval and metric update period"
+    )
+
+
 class SchedulerConfig(_Model):
     name: str = "gang"
     params: dict[str, Any] = Field(default_factory=dict)
@@ -178,6 +195,7 @@ class Scenario(_Model):
     )
     wall_limit_s: float = Field(1800.0, gt=0, description="real-time guard for the whole run")
     repetitions: int = Field(1, ge=1, le=1000)
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
 
     @model_validator(mode="after")
     def _sizes(self):
