@@ -47,15 +47,31 @@ def run(
         Path | None, typer.Option("--out", help="results folder (default: results/NAME-...)")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
+    prometheus: Annotated[
+        bool,
+        typer.Option(
+            "--prometheus", help="run a local Prometheus on the run's exporters (needs it installed)"
+        ),
+    ] = False,
 ) -> None:
     """Run a scenario and write a results folder (events.jsonl, jobs.csv, summary.json)."""
     from testbed import results, runner
 
+    if prometheus:
+        from testbed.monitoring.prometheus import INSTALL_HINT, binary
+
+        if binary() is None:
+            err.print(f"[red]error:[/red] --prometheus: {INSTALL_HINT}", highlight=False)
+            raise typer.Exit(2)
+        set_ = [*(set_ or []), "monitoring.enabled=true"]
     scn = _load(scenario, set_)
     if backend not in runner.BACKENDS:
         err.print(
             f"[red]error:[/red] --backend: unknown backend '{backend}'; known: {', '.join(runner.BACKENDS)}"
         )
+        raise typer.Exit(2)
+    if prometheus and backend != "ray":
+        err.print("[red]error:[/red] --prometheus: the simulator has no exporters; use --backend ray")
         raise typer.Exit(2)
     dest = out_dir or runner.default_out(scn, backend)
     signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
@@ -83,7 +99,15 @@ def run(
 
     try:
         with progress:
-            summaries = runner.run(scn, backend, dest, on_status=on_status, on_phase=on_phase)
+            summaries = runner.run(
+                scn,
+                backend,
+                dest,
+                on_status=on_status,
+                on_phase=on_phase,
+                prometheus=prometheus,
+                notice=lambda text: progress.console.print(text, highlight=False),
+            )
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted[/yellow]: cleaned up; partial results in {dest}")
         raise typer.Exit(130) from None
@@ -114,6 +138,62 @@ def validate(
 
     scn = _load(scenario, set_)
     out.print(yaml.safe_dump(scn.model_dump(mode="json"), sort_keys=False), highlight=False)
+
+
+dashboards_app = typer.Typer(no_args_is_help=True, help="Grafana dashboards (generated from Python).")
+app.add_typer(dashboards_app, name="dashboards")
+
+
+@dashboards_app.command("generate")
+def dashboards_generate(
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="folder (default: the shipped monitoring/dashboards)")
+    ] = None,
+) -> None:
+    """Write every dashboard's Grafana JSON."""
+    from testbed.monitoring import dashboards
+
+    for path in dashboards.write_all(out_dir or dashboards.OUT_DIR):
+        out.print(str(path), highlight=False)
+
+
+@dashboards_app.command("push")
+def dashboards_push(
+    url: Annotated[str, typer.Option(help="Grafana base URL, e.g. http://127.0.0.1:3000")],
+    token: Annotated[str, typer.Option(help="Grafana service-account token (Editor or Admin)")],
+    folder: Annotated[str, typer.Option(help="Grafana folder to put them in")] = "testbed",
+) -> None:
+    """Upload the dashboards to a Grafana (overwrites earlier versions: dashboard uids are stable)."""
+    from testbed.monitoring.grafana import push
+
+    try:
+        answers = push(url, token, folder)
+    except Exception as exc:  # noqa: BLE001 - one line that says what Grafana answered
+        err.print(f"[red]error:[/red] dashboards push to {url}: {type(exc).__name__}: {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    for a in answers:
+        out.print(f"{a.get('status', 'ok')}: {url.rstrip('/')}{a.get('url', '')}", highlight=False)
+
+
+@app.command()
+def watch(
+    run_dir: Annotated[
+        Path | None,
+        typer.Argument(help="results folder of a running run (default: the newest with exporters)"),
+    ] = None,
+    once: Annotated[bool, typer.Option("--once", help="print one snapshot and exit")] = False,
+) -> None:
+    """Show a running scenario's headline figures live (scrapes its exporters; no Prometheus needed)."""
+    from testbed.monitoring import watch as w
+
+    run_dir = run_dir or w.newest_run()
+    if run_dir is None or not (run_dir / "prometheus" / "targets.json").exists():
+        err.print(
+            f"[red]error:[/red] no {'results/**' if run_dir is None else run_dir}/prometheus/targets.json: "
+            "give the results folder of a run with monitoring enabled"
+        )
+        raise typer.Exit(2)
+    raise typer.Exit(w.watch(run_dir, out, once=once))
 
 
 @app.command()

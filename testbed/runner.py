@@ -36,7 +36,11 @@ def _facts(scn: Scenario, backend: str, tdf: float, envelope: str) -> results.Ru
     )
 
 
-def run_once(scn: Scenario, backend: str, run_dir: Path, on_status=None, on_phase=None) -> dict:
+def run_once(
+    scn: Scenario, backend: str, run_dir: Path, on_status=None, on_phase=None, prometheus=False, notice=None
+) -> dict:
+    """``prometheus``: run a local Prometheus on the run's exporters meanwhile (stopped on every exit
+    path); ``notice(text)`` receives lines for the user (where to look)."""
     if backend not in BACKENDS:
         raise ValueError(f"--backend: unknown backend '{backend}'; known: {', '.join(BACKENDS)}")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -62,9 +66,24 @@ def run_once(scn: Scenario, backend: str, run_dir: Path, on_status=None, on_phas
     from testbed.cluster import run_ray
 
     tdf = effective_tdf(scn)
+    local_prom = None
+    say = notice or (lambda text: None)
     try:
+        if scn.monitoring.enabled:
+            from testbed.monitoring import prometheus as prom
+
+            d = prom.write_targets(run_dir, None, scrape_interval_s=scn.monitoring.scrape_interval_s)
+            if prometheus:
+                local_prom = prom.LocalPrometheus(run_dir)
+                say(
+                    f"Prometheus: {local_prom.start()} (scrapes this run until it ends; data in {d / 'data'})"
+                )
+            else:
+                say(f"metrics: Prometheus config {d / 'prometheus.yml'}; live view: testbed watch {run_dir}")
         facts = run_ray(scn, jobs, run_dir, tdf, on_status=on_status, on_phase=on_phase)
     finally:
+        if local_prom is not None:
+            local_prom.stop()
         # Whatever happened, the results so far are written from the merged event log.
         merged = run_dir / "events.jsonl"
         if merged.exists():
@@ -86,11 +105,13 @@ def run_once(scn: Scenario, backend: str, run_dir: Path, on_status=None, on_phas
     return results.write(run_dir, events, _facts(scn, "ray", tdf, facts.get("envelope", "unknown")), extra)
 
 
-def run(scn: Scenario, backend: str, out: Path, on_status=None, on_phase=None) -> list[dict]:
+def run(
+    scn: Scenario, backend: str, out: Path, on_status=None, on_phase=None, prometheus=False, notice=None
+) -> list[dict]:
     summaries = []
     for rep in range(scn.repetitions):
         run_dir = out if scn.repetitions == 1 else out / f"rep-{rep + 1}"
-        summaries.append(run_once(scn, backend, run_dir, on_status, on_phase))
+        summaries.append(run_once(scn, backend, run_dir, on_status, on_phase, prometheus, notice))
     if scn.repetitions > 1:
         (out / "summaries.json").write_text(json.dumps(summaries, indent=2) + "\n")
     return summaries
