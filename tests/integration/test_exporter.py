@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import shutil
 import subprocess
+import sys
 import time
 import urllib.request
 import uuid
@@ -180,3 +181,35 @@ def test_exporters_of_a_real_gang_run(tmp_path):
     for a in addresses:
         with pytest.raises(OSError):
             _text(a)
+
+
+def test_watch_follows_a_runs_exporters_and_exits_when_they_are_gone(tmp_path):
+    from testbed.monitoring.metrics import CoordinatorMetrics, NodeMetrics, serve, stop
+    from testbed.monitoring.prometheus import write_targets
+
+    nodes = [NodeMetrics(n, "gang", IDLE_W, BUSY_W, 3.0) for n in range(2)]
+    for m in nodes:
+        m.sample(0.5, 2.0)
+    coord = CoordinatorMetrics("gang", 3.0, ["compute"])
+    coord.set_jobs({("running", "compute"): 2})
+    coord.skew.observe(0.002)
+    served = [serve(r) for r in [m.registry for m in nodes] + [coord.registry]]
+    write_targets(tmp_path, "r1", [(0, served[0][1]), (1, served[1][1])], served[2][1])
+    once = subprocess.run([sys.executable, "-m", "testbed.cli", "watch", str(tmp_path), "--once"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert once.returncode == 0, once.stderr
+    for figure in ("3/3 (2 nodes)", "50.0 %", f"{2 * (IDLE_W + BUSY_W * 0.5):,.1f} W",
+                   f"{2 * 2.0 * (IDLE_W + BUSY_W * 0.5):,.0f} J", "running=2", "3.00"):  # fmt: skip
+        assert figure in once.stdout, (figure, once.stdout)
+    live = subprocess.Popen([sys.executable, "-m", "testbed.cli", "watch", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        time.sleep(3)
+        assert live.poll() is None  # still watching
+        for server, _ in served:
+            stop(server)
+        assert live.wait(timeout=20) == 0
+        assert "it ended" in live.stdout.read()
+    finally:
+        if live.poll() is None:
+            live.kill()

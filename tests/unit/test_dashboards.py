@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,11 @@ def test_provisioning_and_compose_files_agree():
         p = subprocess.run(["promtool", "check", "config", "--syntax-only", cfg],
                            capture_output=True, text=True, timeout=60)  # fmt: skip
         assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_generate_command_writes_the_committed_files(tmp_path):
+    cmd = [sys.executable, "-m", "testbed.cli", "dashboards", "generate", "--out", str(tmp_path)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    for f in (MON / "dashboards").glob("*.json"):
+        assert (tmp_path / f.name).read_text() == f.read_text()

@@ -123,3 +123,17 @@ def test_switch_skew_times_out_or_gives_up_on_down_nodes():
     assert s.expire(now=1.0, timeout=5.0, down=[2]) == [pytest.approx(0.002)]  # node 2 died: slot 1 closes
     assert s.expire(now=6.0, timeout=5.0) == []  # slot 2: one report only, dropped without a figure
     assert len(s) == 1  # slot 3 is recent
+
+
+def test_scenario_monitoring_section():
+    from testbed.scenario import ScenarioError, load
+
+    doc = {"workload": {"jobs": [{"size": 1}]}}
+    m = load(doc=doc).monitoring
+    assert (m.enabled, m.host, m.port, m.scrape_interval_s) == (True, "127.0.0.1", None, 1.0)
+    m = load(doc=doc, overrides=["monitoring.port=9100", "monitoring.scrape_interval_s=5"]).monitoring
+    assert m.port == 9100 and m.scrape_interval_s == 5.0
+    with pytest.raises(ScenarioError, match="monitoring.port"):
+        load(doc=doc, overrides=["monitoring.port=0"])
+    with pytest.raises(ScenarioError, match="monitoring.interval: unknown field; did you mean 'scrape_"):
+        load(doc=doc, overrides=["monitoring.interval=1"])
