@@ -270,6 +270,14 @@ class Scheduler:
     local_policy: ClassVar[type[LocalPolicy]] = RunAll
     #: parameter name -> default; unknown parameters in a scenario are an error naming these
     defaults: ClassVar[Mapping[str, Any]] = {}
+    #: How every job's processes wait for a message under this scheduler ("spin", "block", "spin-block";
+    #: None keeps each job's own ``wait_mode``), and the spin time in us that goes with "spin-block" (None
+    #: keeps the job's; a ``spin_time_us`` parameter of the scheduler, where it has one, wins). The runner
+    #: forces them on every job, unless the scenario gives the job an explicit wait mode and
+    #: ``allows_wait_mode_override`` is True (False where the scheme is tied to its wait mode, e.g. SB).
+    wait_mode: ClassVar[str | None] = None
+    spin_time_us: ClassVar[float | None] = None
+    allows_wait_mode_override: ClassVar[bool] = True
 
     @classmethod
     def check_params(cls, params: Mapping[str, Any]) -> dict[str, Any]:

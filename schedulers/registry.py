@@ -12,6 +12,14 @@ _BUILTIN = {
     "batch": "testbed.schedulers.batch:Batch",
     "local": "testbed.schedulers.local:Local",
     "gang": "testbed.schedulers.gang:Gang",
+    "spin": "testbed.schedulers.cosched:Spin",
+    "dcs": "testbed.schedulers.cosched:Dcs",
+    "sb": "testbed.schedulers.cosched:Sb",
+    "sy": "testbed.schedulers.cosched:Sy",
+    "pb": "testbed.schedulers.cosched:Pb",
+    "pbsb": "testbed.schedulers.cosched:PbSb",
+    "cc": "testbed.schedulers.cosched:Cc",
+    "hybrid": "testbed.schedulers.cosched:Hybrid",
 }
 
 

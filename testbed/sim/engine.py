@@ -8,7 +8,8 @@ writes the same event log. Model:
   waiting for a message); weights follow the Linux CFS nice table;
 * each process runs its job's :class:`~testbed.jobs.SyntheticApp`: ``iterations`` x {compute; ``gio``
   writes of ``io_time_ms`` each (wall time, no CPU); barrier: every rank sends to rank 0, rank 0 answers
-  all once it has heard from all; each message takes ``latency_s``};
+  all once it has heard from all; each message takes ``latency_s``; each message is one receive, which
+  waits in the job's ``wait_mode`` if the message is not there yet};
 * a stopped process does nothing: it does not compute, issue its next write, send or consume a message
   (a write already issued completes, a message in flight arrives);
 * a new process runs unless its node's local policy stops it (as a forked process does), and a
@@ -573,13 +574,17 @@ class Simulation:
                 p.phase = _WAIT
                 p.waiting = False
             elif phase == _WAIT:
+                consumed = False
                 while p.inbox > 0 and p.need > 0:
                     p.inbox -= 1
                     p.need -= 1
+                    consumed = True
                     if q is not None:
                         q.append(MessageConsumed(p.proc, p.inbox))
                 if p.need > 0:
-                    if not p.waiting:
+                    # Each message is one receive, as on the NIC: a receive that completed is followed by a
+                    # new one, which waits (and spins) afresh.
+                    if not p.waiting or consumed:
                         self._start_waiting(p, q)
                     return
                 if p.rank == 0:

@@ -1,0 +1,554 @@
+"""The communication-driven coscheduling family (ALGORITHMS.md §1; paper 003 §2.3-4 and table 1; paper 000
+§2.1): spin-only, DCS, SB, SY, PB, PB-SB, CC and HYBRID.
+
+Each scheme is two things: how a process waits for a message (the ``wait_mode`` a :class:`Scheduler` here
+declares, which the runner forces on its jobs) and what the node does about message events (the local
+policy). The global side is native local scheduling's (:class:`~testbed.schedulers.local.LocalGlobal`:
+up to ``mpl`` processes per node, packing optional).
+
+What the node's OS can do is all a local policy here does: every process of the node stays runnable
+(``LocalDecision.run`` is always all of them) and "boosting" a process means lowering its nice value to
+``boost_nice`` (normal: ``normal_nice``), so the OS scheduler gives it most of the CPU while it wants it.
+Nice values are sent as changes only: a process the policy has not touched is at nice 0, as the OS
+starts it.
+
+Several schemes boost a process because of one event (DCS on an arrival, SB/CC on waking a blocked
+receiver). Such a *wake boost* lasts until the process waits for its next message (it then has nothing
+to do with the CPU: a boosted spinner would only burn it), or ``boost_ms`` after it was given (one OS
+time slice: the boost gets the process scheduled now, it does not own the CPU), or the process exits,
+whichever comes first. Periodic schemes (PB, CC) hold their pick until their next pick.
+
+Time is the emulated ``now`` of each event; the policies ask for :class:`Timer` events through
+``LocalDecision.wakeup`` (one pending wakeup per node: they keep their own deadlines and always ask for
+the earliest).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping
+from typing import Any, ClassVar
+
+from .base import (
+    CollectiveEnter,
+    CollectiveLeave,
+    GlobalPolicy,
+    LocalDecision,
+    LocalEvent,
+    LocalPolicy,
+    MessageArrived,
+    MessageConsumed,
+    PolicyConfigError,
+    Proc,
+    ProcAdded,
+    ProcExited,
+    ReceiverBlocked,
+    ReceiverWaiting,
+    RunAll,
+    Scheduler,
+    Timer,
+)
+from .local import LocalGlobal
+
+NICE_MIN, NICE_MAX = -20, 19
+#: A Timer a little early (the real agent's event loop may fire it up to its clock resolution early)
+#: still counts as on time for deadlines within this many emulated seconds.
+TIMER_SLACK_S = 1e-9
+
+
+# --------------------------------------------------------------------------------------------------------
+# Parameters
+
+
+def _param_nice(params: Mapping[str, Any], name: str, scheduler: str) -> int:
+    value = params[name]
+    if isinstance(value, bool) or not isinstance(value, int) or not NICE_MIN <= value <= NICE_MAX:
+        raise PolicyConfigError(
+            f"scheduler.params.{name}: {scheduler} needs a whole nice value in {NICE_MIN}..{NICE_MAX}, "
+            f"got {value!r}"
+        )
+    return value
+
+
+def _param_time(params: Mapping[str, Any], name: str, scheduler: str, *, strict: bool) -> float:
+    value = params[name]
+    bad = isinstance(value, bool) or not isinstance(value, (int, float))
+    if bad or not (value > 0 if strict else value >= 0):
+        unit = "microseconds" if name.endswith("_us") else "milliseconds"
+        bound = "> 0" if strict else ">= 0"
+        raise PolicyConfigError(
+            f"scheduler.params.{name}: {scheduler} needs a number of {unit} {bound}, got {value!r}"
+        )
+    return float(value)
+
+
+def _param_boost(params: Mapping[str, Any], scheduler: str, normal: int) -> int:
+    boost = _param_nice(params, "boost_nice", scheduler)
+    if boost >= normal:
+        raise PolicyConfigError(
+            f"scheduler.params.boost_nice: {scheduler} boosts by lowering the nice value, so boost_nice "
+            f"({boost}) must be below normal_nice ({normal})"
+        )
+    return boost
+
+
+# --------------------------------------------------------------------------------------------------------
+# The common local machinery
+
+
+class CoschedLocal(LocalPolicy):
+    """Bookkeeping shared by the family: the node's processes in arrival order (the round-robin order),
+    who waits for a message, who is blocked, how many messages each has not consumed, who is inside a
+    collective; deadlines served by one Timer; nice values sent as changes.
+
+    A wait starts at ReceiverWaiting (one receive that found no message) and ends at the MessageConsumed
+    that completes it; ReceiverBlocked marks the waiting process blocked until then.
+    """
+
+    wants_message_events = True
+    scheme: ClassVar[str] = "cosched"
+
+    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+        super().__init__(node, params, seed)
+        self.normal_nice = _param_nice(self.params, "normal_nice", self.scheme)
+        if "spin_time_us" in self.params:  # SB, PB-SB and CC: the runner applies it to the jobs
+            _param_time(self.params, "spin_time_us", self.scheme, strict=False)
+        self.procs: dict[Proc, None] = {}  # ordered: round-robin order
+        self.waiting: set[Proc] = set()
+        self.blocked: set[Proc] = set()
+        self.unconsumed: dict[Proc, int] = {}
+        self.in_collective: set[Proc] = set()
+        self.applied: dict[Proc, int] = {}  # nice the OS has for each process
+        self.deadlines: dict[Hashable, float] = {}
+        self.armed: float | None = None  # time of the pending wakeup
+
+    # -- hooks for the schemes ---------------------------------------------------------------------------
+
+    def react(self, now: float, event: LocalEvent) -> None:
+        """Called after the bookkeeping for every event except Timer."""
+
+    def expire(self, now: float, key: Hashable, at: float) -> None:
+        """The deadline ``at`` set under ``key`` is due."""
+
+    def forget(self, proc: Proc) -> None:
+        """``proc`` exited: drop whatever the scheme holds about it."""
+
+    def nice_of(self, proc: Proc) -> int:
+        return self.normal_nice
+
+    # -- the event loop ----------------------------------------------------------------------------------
+
+    def on_event(self, now: float, event: LocalEvent) -> LocalDecision:
+        if isinstance(event, Timer):
+            self.armed = None
+            due = sorted(
+                ((t, k) for k, t in self.deadlines.items() if t <= now + TIMER_SLACK_S), key=_deadline_order
+            )
+            for at, key in due:
+                if self.deadlines.get(key) == at:  # not moved or dropped by an earlier expiry
+                    del self.deadlines[key]
+                    self.expire(now, key, at)
+        else:
+            self._track(event)
+            self.react(now, event)
+        return self._decision()
+
+    def _track(self, event: LocalEvent) -> None:
+        if isinstance(event, ProcAdded):
+            self.procs[event.proc] = None
+            self.applied[event.proc] = 0
+        elif isinstance(event, ProcExited):
+            p = event.proc
+            self.procs.pop(p, None)
+            self.waiting.discard(p)
+            self.blocked.discard(p)
+            self.unconsumed.pop(p, None)
+            self.in_collective.discard(p)
+            self.applied.pop(p, None)
+            for key in [k for k in self.deadlines if isinstance(k, tuple) and p in k]:
+                del self.deadlines[key]
+            self.forget(p)
+        elif isinstance(event, ReceiverWaiting):
+            self.waiting.add(event.proc)
+            self.blocked.discard(event.proc)
+        elif isinstance(event, ReceiverBlocked):
+            self.waiting.add(event.proc)
+            self.blocked.add(event.proc)
+        elif isinstance(event, MessageArrived):
+            self.unconsumed[event.proc] = event.unconsumed
+        elif isinstance(event, MessageConsumed):
+            self.unconsumed[event.proc] = event.unconsumed
+            self.waiting.discard(event.proc)
+            self.blocked.discard(event.proc)
+        elif isinstance(event, CollectiveEnter):
+            self.in_collective.add(event.proc)
+        elif isinstance(event, CollectiveLeave):
+            self.in_collective.discard(event.proc)
+
+    def _decision(self) -> LocalDecision:
+        changes: dict[Proc, int] = {}
+        for p in self.procs:
+            want = self.nice_of(p)
+            if self.applied.get(p) != want:
+                changes[p] = want
+                self.applied[p] = want
+        wakeup = None
+        if self.deadlines:
+            nxt = min(self.deadlines.values())
+            if self.armed is None or nxt < self.armed:
+                self.armed = wakeup = nxt
+        return LocalDecision(run=frozenset(self.procs), nice=changes, wakeup=wakeup)
+
+    # -- helpers -----------------------------------------------------------------------------------------
+
+    def useful(self, proc: Proc) -> bool:
+        """PB's test: the process can use the CPU, i.e. it is computing (not waiting for a message) or a
+        message it has not consumed is there. A process in a file write counts as computing: the NIC
+        cannot tell them apart."""
+        return proc not in self.waiting or self.unconsumed.get(proc, 0) > 0
+
+    def round_robin(self, after: Proc | None, pos: int) -> list[Proc]:
+        """The node's processes in round-robin order starting just after ``after`` (itself last), or,
+        when ``after`` is gone, at position ``pos`` (the process that took its place)."""
+        order = list(self.procs)
+        if not order:
+            return []
+        start = order.index(after) + 1 if after in self.procs else pos
+        start %= len(order)
+        return order[start:] + order[:start]
+
+
+def _deadline_order(item: tuple[float, Hashable]) -> tuple[float, str]:
+    return item[0], repr(item[1])
+
+
+class WakeBoost(CoschedLocal):
+    """Wake boosts (module docstring): ``boost(p)`` until p waits again, ``boost_ms`` pass or p exits."""
+
+    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+        super().__init__(node, params, seed)
+        self.boost_nice = _param_boost(self.params, self.scheme, self.normal_nice)
+        self.boost_s = math.inf  # PB has no wake boosts, hence no boost_ms
+        if "boost_ms" in self.params:
+            self.boost_s = _param_time(self.params, "boost_ms", self.scheme, strict=True) / 1000.0
+        self.woken: set[Proc] = set()
+
+    def boost(self, now: float, proc: Proc) -> None:
+        self.woken.add(proc)
+        if self.boost_s < math.inf:
+            self.deadlines[("boost", proc)] = now + self.boost_s
+
+    def unboost(self, proc: Proc) -> None:
+        self.woken.discard(proc)
+        self.deadlines.pop(("boost", proc), None)
+
+    def react(self, now: float, event: LocalEvent) -> None:
+        if isinstance(event, ReceiverWaiting):
+            self.unboost(event.proc)
+
+    def expire(self, now: float, key: Hashable, at: float) -> None:
+        if isinstance(key, tuple) and key[0] == "boost":
+            self.woken.discard(key[1])
+
+    def forget(self, proc: Proc) -> None:
+        self.woken.discard(proc)
+
+    def nice_of(self, proc: Proc) -> int:
+        return self.boost_nice if proc in self.woken else self.normal_nice
+
+
+# --------------------------------------------------------------------------------------------------------
+# The schemes' local policies
+
+
+class DcsLocal(WakeBoost):
+    """DCS: a message for a process other than the favourite makes it the favourite (boosted; the old
+    favourite goes back to normal). The favourite keeps the boost until it waits for its next message,
+    ``boost_ms`` pass, another process becomes the favourite, or it exits. A message for the favourite
+    itself changes nothing (the NIC only interrupts on a mismatch)."""
+
+    scheme = "dcs"
+
+    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+        super().__init__(node, params, seed)
+        self.favourite: Proc | None = None
+
+    def react(self, now: float, event: LocalEvent) -> None:
+        super().react(now, event)
+        if self.favourite is not None and self.favourite not in self.woken:
+            self.favourite = None  # its boost ended
+        if isinstance(event, MessageArrived) and event.proc in self.procs and event.proc != self.favourite:
+            if self.favourite is not None:
+                self.unboost(self.favourite)
+            self.favourite = event.proc
+            self.boost(now, event.proc)
+
+    def expire(self, now: float, key: Hashable, at: float) -> None:
+        super().expire(now, key, at)
+        if self.favourite is not None and self.favourite not in self.woken:
+            self.favourite = None
+
+    def forget(self, proc: Proc) -> None:
+        super().forget(proc)
+        if self.favourite == proc:
+            self.favourite = None
+
+
+class SbLocal(WakeBoost):
+    """SB: receivers spin ``spin_time_us`` then block (the wait mode). A message for a blocked receiver
+    wakes it (the NIC hands the message over) and boosts it (a wake boost). A message for a spinning or
+    computing process changes nothing."""
+
+    scheme = "sb"
+
+    def react(self, now: float, event: LocalEvent) -> None:
+        super().react(now, event)
+        if isinstance(event, MessageArrived) and event.proc in self.blocked:
+            self.boost(now, event.proc)
+
+
+class SyLocal(CoschedLocal):
+    """SY: receivers spin (the wait mode); one still waiting ``spin_time_us`` after its receive began
+    yields: its nice goes to ``yield_nice`` until the receive completes (MessageConsumed)."""
+
+    scheme = "sy"
+
+    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+        super().__init__(node, params, seed)
+        self.yield_nice = _param_nice(self.params, "yield_nice", self.scheme)
+        if self.yield_nice <= self.normal_nice:
+            raise PolicyConfigError(
+                f"scheduler.params.yield_nice: sy yields by raising the nice value, so yield_nice "
+                f"({self.yield_nice}) must be above normal_nice ({self.normal_nice})"
+            )
+        self.spin_s = _param_time(self.params, "spin_time_us", self.scheme, strict=False) / 1e6
+        self.yielded: set[Proc] = set()
+
+    def react(self, now: float, event: LocalEvent) -> None:
+        if isinstance(event, ReceiverWaiting):
+            self.yielded.discard(event.proc)
+            self.deadlines[("yield", event.proc)] = now + self.spin_s
+        elif isinstance(event, MessageConsumed):
+            self.yielded.discard(event.proc)
+            self.deadlines.pop(("yield", event.proc), None)
+
+    def expire(self, now: float, key: Hashable, at: float) -> None:
+        if isinstance(key, tuple) and key[0] == "yield" and key[1] in self.waiting:
+            self.yielded.add(key[1])
+
+    def forget(self, proc: Proc) -> None:
+        self.yielded.discard(proc)
+
+    def nice_of(self, proc: Proc) -> int:
+        return self.yield_nice if proc in self.yielded else self.normal_nice
+
+
+class PeriodicPick(WakeBoost):
+    """A pick every ``interval_ms`` while the node has two processes or more (alone, a process needs no
+    favour): the picked process is boosted until the next pick, the previous pick goes back to normal.
+    ``pick`` is the scheme's rule; with ``wake_blocked``, SB's wake boost for blocked receivers too."""
+
+    wake_blocked: ClassVar[bool] = False
+
+    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+        super().__init__(node, params, seed)
+        self.interval = _param_time(self.params, "interval_ms", self.scheme, strict=True) / 1000.0
+        self.favourite: Proc | None = None
+        self.last_pick: Proc | None = None  # may have lost the favour since, or exited
+        self.pos = 0  # its round-robin position
+
+    def pick(self) -> Proc | None:
+        raise NotImplementedError
+
+    def candidates(self) -> list[Proc]:
+        """Round-robin order for a pick: starting just after the last pick (the current favourite, if
+        any), itself last."""
+        return self.round_robin(self.last_pick, self.pos)
+
+    def react(self, now: float, event: LocalEvent) -> None:
+        super().react(now, event)
+        if isinstance(event, ProcAdded) and len(self.procs) >= 2 and ("pick",) not in self.deadlines:
+            self.deadlines[("pick",)] = now + self.interval
+        if self.wake_blocked and isinstance(event, MessageArrived) and event.proc in self.blocked:
+            self.boost(now, event.proc)
+
+    def expire(self, now: float, key: Hashable, at: float) -> None:
+        if key != ("pick",):
+            super().expire(now, key, at)
+            return
+        if len(self.procs) < 2:
+            self.favourite = None  # the timer stops until a second process comes
+            return
+        self.favourite = self.pick()
+        if self.favourite is not None:
+            self.last_pick = self.favourite
+            self.pos = list(self.procs).index(self.favourite)
+        # On the period's grid; a late timer skips to now + interval rather than catching up.
+        due = at + self.interval
+        self.deadlines[("pick",)] = due if due > now else now + self.interval
+
+    def forget(self, proc: Proc) -> None:
+        super().forget(proc)
+        if self.favourite == proc:
+            self.favourite = None
+
+    def nice_of(self, proc: Proc) -> int:
+        if proc == self.favourite or proc in self.woken:
+            return self.boost_nice
+        return self.normal_nice
+
+
+class PbLocal(PeriodicPick):
+    """PB: every ``interval_ms``, scan the processes round-robin starting just after the last pick (the
+    current favourite, itself last) and favour the first with useful work (computing, or a message it
+    has not consumed is there); none: no favourite. Nothing happens on an arrival."""
+
+    scheme = "pb"
+
+    def pick(self) -> Proc | None:
+        return next((p for p in self.candidates() if self.useful(p)), None)
+
+
+class PbSbLocal(PbLocal):
+    """PB-SB: PB's periodic scan, plus SB's wake boost of a blocked receiver when its message arrives."""
+
+    scheme = "pbsb"
+    wake_blocked = True
+
+
+class CcLocal(PeriodicPick):
+    """CC: SB's wake boost of a blocked receiver on arrival; every ``interval_ms``, favour the process
+    with the most unconsumed incoming messages (ties: the first in round-robin order after the current
+    favourite); none has any: no favourite."""
+
+    scheme = "cc"
+    wake_blocked = True
+
+    def pick(self) -> Proc | None:
+        best, most = None, 0
+        for p in self.candidates():
+            n = self.unconsumed.get(p, 0)
+            if n > most:
+                best, most = p, n
+        return best
+
+
+class HybridLocal(CoschedLocal):
+    """HYBRID: a process is boosted from CollectiveEnter to CollectiveLeave and at normal priority
+    otherwise; point-to-point messages change nothing (receivers block at once: the wait mode)."""
+
+    scheme = "hybrid"
+
+    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+        super().__init__(node, params, seed)
+        self.boost_nice = _param_boost(self.params, self.scheme, self.normal_nice)
+
+    def nice_of(self, proc: Proc) -> int:
+        return self.boost_nice if proc in self.in_collective else self.normal_nice
+
+
+# --------------------------------------------------------------------------------------------------------
+# The registered schedulers
+
+_NLS = {"mpl": 3, "packing": True}
+_BOOST = {"boost_nice": -10, "normal_nice": 0}
+_WAKE = {**_BOOST, "boost_ms": 10.0}
+_SPIN_TIME_US = 300.0  # paper 003
+
+
+class _Cosched(Scheduler):
+    global_policy: ClassVar[type[GlobalPolicy]] = LocalGlobal
+
+    @classmethod
+    def make_global(cls, nodes: int, params: Mapping[str, Any], seed: int) -> GlobalPolicy:
+        cls.make_local(0, params, seed)  # a bad local parameter fails here, at the coordinator, first
+        return super().make_global(nodes, params, seed)
+
+
+class Spin(_Cosched):
+    name = "spin"
+    summary = "spin-only: every process runs, receivers busy-wait (NLS allocation, mpl per node)"
+    local_policy = RunAll
+    defaults = dict(_NLS)
+    wait_mode = "spin"
+
+
+class Dcs(_Cosched):
+    name = "dcs"
+    summary = "demand-based coscheduling: spinning receivers, a message for another process boosts it"
+    local_policy = DcsLocal
+    defaults = {**_NLS, **_WAKE}
+    wait_mode = "spin"
+    allows_wait_mode_override = False
+
+
+class Sb(_Cosched):
+    name = "sb"
+    summary = "spin-block: receivers spin spin_time_us then block; a message wakes and boosts them"
+    local_policy = SbLocal
+    defaults = {**_NLS, **_WAKE, "spin_time_us": _SPIN_TIME_US}
+    wait_mode = "spin-block"
+    spin_time_us = _SPIN_TIME_US
+    allows_wait_mode_override = False
+
+
+class Sy(_Cosched):
+    name = "sy"
+    summary = "spin-yield: receivers spin; after spin_time_us a waiting receiver drops to yield_nice"
+    local_policy = SyLocal
+    defaults = {**_NLS, "normal_nice": 0, "yield_nice": 19, "spin_time_us": _SPIN_TIME_US}
+    wait_mode = "spin"
+
+
+class Pb(_Cosched):
+    name = "pb"
+    summary = "periodic boost: spinning receivers; every interval_ms boost the next process with useful work"
+    local_policy = PbLocal
+    defaults = {**_NLS, **_BOOST, "interval_ms": 1.0}
+    wait_mode = "spin"
+    allows_wait_mode_override = False
+
+
+class PbSb(_Cosched):
+    name = "pbsb"
+    summary = "PB + SB: spin-block receivers woken and boosted on arrival, plus PB's periodic boost"
+    local_policy = PbSbLocal
+    defaults = {**_NLS, **_WAKE, "interval_ms": 1.0, "spin_time_us": _SPIN_TIME_US}
+    wait_mode = "spin-block"
+    spin_time_us = _SPIN_TIME_US
+
+
+class Cc(_Cosched):
+    name = "cc"
+    summary = "coordinated: spin-block receivers boosted on wake; every interval_ms favour most unconsumed"
+    local_policy = CcLocal
+    defaults = {**_NLS, **_WAKE, "interval_ms": 1.0, "spin_time_us": _SPIN_TIME_US}
+    wait_mode = "spin-block"
+    spin_time_us = _SPIN_TIME_US
+    allows_wait_mode_override = False
+
+
+class Hybrid(_Cosched):
+    name = "hybrid"
+    summary = "HYBRID: immediate blocking; a process is boosted from collective entry to exit"
+    local_policy = HybridLocal
+    defaults = {**_NLS, **_BOOST}
+    wait_mode = "block"
+    allows_wait_mode_override = False
+
+
+def job_wait(
+    scheduler: type[Scheduler],
+    params: Mapping[str, Any],
+    *,
+    wait_mode: str,
+    spin_time_us: float,
+    explicit: bool,
+) -> tuple[str, float]:
+    """The wait mode and spin time (us) a job runs with under ``scheduler`` (with ``params``), given its
+    own (``explicit``: the scenario set its wait mode). See :class:`Scheduler`'s ``wait_mode``."""
+    forced = scheduler.wait_mode
+    if forced is None or (explicit and scheduler.allows_wait_mode_override):
+        return wait_mode, spin_time_us
+    spin = params.get("spin_time_us", scheduler.spin_time_us)
+    return forced, spin_time_us if spin is None else float(spin)
