@@ -23,7 +23,9 @@ from testbed.mechanism.priority import raise_process_nice, raise_thread_priority
 from testbed.schedulers import registry
 from testbed.schedulers.base import Dispatch, Reject, Start
 
-HEALTH_PERIOD_REAL_S = 1.0
+# Dead nodes also surface on every call the coordinator makes (dispatches, starts); the ping only covers
+# quiet periods, and each costs a Ray call on both sides: keep it rare.
+HEALTH_PERIOD_REAL_S = 3.0
 
 
 class NodeProxy:
