@@ -7,7 +7,6 @@ import concurrent.futures as cf
 import time
 import uuid
 
-import pytest
 from testbed.apps.work import calibrate
 from testbed.schedulers.base import JobSpec
 
@@ -75,7 +74,9 @@ def test_gang_time_slices_two_full_size_jobs(tmp_path):
     for r in rows.values():
         assert r["starting_time"] < 0.05
         assert r["execution_time"] > 1.5 * ideal, r
-        assert r["cpu_time"] == pytest.approx(4 * ideal, rel=0.5)
+        # The work was really done: 4 ranks x the job's CPU, plus each worker's interpreter start-up
+        # (about 0.1-0.2 s of CPU per process here, more on a loaded host where the calibration drifts).
+        assert 4 * ideal * 0.9 <= r["cpu_time"] <= 4 * (ideal + 0.4), r
     switches = [e for e in events if e["kind"] == ev.SLOT_SWITCH]
     per_slot = {}
     for e in switches:
