@@ -98,10 +98,37 @@ class GlobalPolicy(ABC):
     actions to carry out, in order.
     """
 
+    #: True when the policy needs each process's CPU use per quantum (:meth:`utilization`); owners skip
+    #: the measurement otherwise.
+    wants_utilization: ClassVar[bool] = False
+
+    #: Memory of one node in MB, or None when unknown (no memory-aware allocation). The owner sets it
+    #: through :meth:`set_node_memory` right after construction, before the first job arrives.
+    node_memory_mb: float | None = None
+
     def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
         self.nodes = nodes
         self.params = dict(params)
         self.seed = seed
+
+    def set_node_memory(self, mb: float | None) -> None:
+        """Tells the policy how much memory (MB) each node has; None disables memory checks."""
+        if mb is not None and (isinstance(mb, bool) or not isinstance(mb, (int, float)) or not mb > 0):
+            raise ValueError(f"node memory: needs a number of MB > 0 or None, got {mb!r}")
+        self.node_memory_mb = None if mb is None else float(mb)
+
+    def utilization(
+        self, now: float, job_id: str, rank: int, util: float, interval: float
+    ) -> list[GlobalAction]:
+        """A process's CPU use over its last quantum, as a fraction of its node's CPU.
+
+        ``util`` is the CPU time rank ``rank`` of ``job_id`` consumed over the last ``interval`` emulated
+        seconds (the quantum just ended, or the part of it since the process started), divided by
+        ``interval`` (0..1 on a uniprocessor node). Owners call it once per process per quantum in which
+        the job ran, at the switch that ends the quantum, and only for policies with
+        :attr:`wants_utilization`. Returns the actions to carry out, in order.
+        """
+        return []
 
     @abstractmethod
     def submit(self, now: float, job: JobSpec) -> list[GlobalAction]: ...
@@ -278,17 +305,26 @@ class Scheduler:
     wait_mode: ClassVar[str | None] = None
     spin_time_us: ClassVar[float | None] = None
     allows_wait_mode_override: ClassVar[bool] = True
+    #: Allocation parameters the scheduler accepts on top of ``defaults`` (name -> default), filled in
+    #: the same way: ``memory_aware`` (paper 003 §5.3) for the schedulers that place jobs on nodes.
+    allocation_defaults: ClassVar[Mapping[str, Any]] = {}
+
+    @classmethod
+    def all_defaults(cls) -> dict[str, Any]:
+        """Every parameter the scheduler accepts, with its default."""
+        return {**cls.defaults, **cls.allocation_defaults}
 
     @classmethod
     def check_params(cls, params: Mapping[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(params) - set(cls.defaults))
+        accepted = cls.all_defaults()
+        unknown = sorted(set(params) - set(accepted))
         if unknown:
-            known = ", ".join(sorted(cls.defaults)) or "(none)"
+            known = ", ".join(sorted(accepted)) or "(none)"
             raise PolicyConfigError(
                 f"scheduler.params: unknown parameter(s) {', '.join(unknown)} for scheduler "
                 f"'{cls.name}'; known parameters: {known}"
             )
-        merged = dict(cls.defaults)
+        merged = accepted
         merged.update(params)
         return merged
 

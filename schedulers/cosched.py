@@ -48,6 +48,7 @@ from .base import (
     Scheduler,
     Timer,
 )
+from .batch import MEMORY_DEFAULTS
 from .local import LocalGlobal
 
 NICE_MIN, NICE_MAX = -20, 19
@@ -458,6 +459,7 @@ _SPIN_TIME_US = 300.0  # paper 003
 
 class _Cosched(Scheduler):
     global_policy: ClassVar[type[GlobalPolicy]] = LocalGlobal
+    allocation_defaults = MEMORY_DEFAULTS  # LocalGlobal's memory-aware allocation
 
     @classmethod
     def make_global(cls, nodes: int, params: Mapping[str, Any], seed: int) -> GlobalPolicy:

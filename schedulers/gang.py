@@ -4,13 +4,15 @@
 soon as it is placed; its processes run only while a Dispatch allows its job. Every quantum the global
 policy plans the next non-empty row, a lead time ahead, so each node switches on its own timer (DESIGN.md,
 decision 5). With alternate scheduling, idle columns of the chosen row also run jobs of other rows whose
-columns are all free in it.
+columns are all free in it. Memory-aware allocation (:class:`~testbed.schedulers.batch.NodeMemory`): every
+process placed on a node holds its memory there, running or stopped, so a job goes only on columns whose
+node has room for it.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .base import (
@@ -30,7 +32,7 @@ from .base import (
     SlotStart,
     Start,
 )
-from .batch import contiguous_block, oversize_reason, param_bool
+from .batch import MEMORY_DEFAULTS, NodeMemory, contiguous_block, oversize_reason, param_bool
 from .local import param_mpl
 
 
@@ -58,6 +60,7 @@ class GangGlobal(GlobalPolicy):
             )
         self.alternate = param_bool(self.params, "alternate", "gang")
         self.packing = param_bool(self.params, "packing", "gang")
+        self.mem = NodeMemory(self, "gang")
         self.rng = random.Random(seed)
         # matrix[row][col] = job id or None
         self.matrix: list[list[str | None]] = [[None] * nodes for _ in range(self.mpl)]
@@ -82,7 +85,7 @@ class GangGlobal(GlobalPolicy):
         return self.lead
 
     def submit(self, now: float, job: JobSpec) -> list[GlobalAction]:
-        reason = oversize_reason(job, self.nodes)
+        reason = oversize_reason(job, self.nodes) or self.mem.never_fits(job)
         if reason is not None:
             return [Reject(job.job_id, reason)]
         self.queue.append(job)
@@ -99,6 +102,7 @@ class GangGlobal(GlobalPolicy):
             row, cols = where
             for c in cols:
                 self.matrix[row][c] = None
+            self.mem.release(job_id)
         actions = self._place_queued()
         if not self.placed:
             self.next_at = None  # idle: no ticks until a job arrives
@@ -124,14 +128,16 @@ class GangGlobal(GlobalPolicy):
     def _free_cols(self, row: int) -> list[int]:
         return [c for c, cell in enumerate(self.matrix[row]) if cell is None]
 
-    def _fit(self, size: int) -> tuple[int, tuple[int, ...]] | None:
+    def _fit(self, job: JobSpec) -> tuple[int, tuple[int, ...]] | None:
+        size = job.size
+        usable = [self.mem.fitting(self._free_cols(r), job) for r in range(self.mpl)]
         if self.packing:
             for r in range(self.mpl):
-                block = contiguous_block(self._free_cols(r), size)
+                block = contiguous_block(usable[r], size)
                 if block is not None:
                     return r, block
         for r in range(self.mpl):
-            free = self._free_cols(r)
+            free = usable[r]
             if len(free) >= size:
                 if self.packing:
                     return r, tuple(free[:size])
@@ -141,13 +147,14 @@ class GangGlobal(GlobalPolicy):
     def _place_queued(self) -> list[GlobalAction]:
         actions: list[GlobalAction] = []
         while self.queue:
-            fit = self._fit(self.queue[0].size)
+            fit = self._fit(self.queue[0])
             if fit is None:
-                break  # FCFS: the head blocks the queue
+                break  # FCFS: the head blocks the queue (also while its memory does not fit)
             job = self.queue.pop(0)
             row, cols = fit
             for c in cols:
                 self.matrix[row][c] = job.job_id
+            self.mem.take(job, cols)
             self.placed[job.job_id] = (row, cols)
             actions.append(Start(job.job_id, cols))
         return actions
@@ -167,17 +174,31 @@ class GangGlobal(GlobalPolicy):
                 return r
         raise AssertionError("no placed job")  # callers check self.placed first
 
+    def _alternates(
+        self, row: int, jobs: list[str], accept: Callable[[str], bool] | None = None
+    ) -> list[str]:
+        """Alternate scheduling: jobs of the other rows (in round-robin order from ``row``) whose columns
+        are all idle with ``jobs`` running (and that ``accept`` takes, if given)."""
+        busy = {c for j in jobs for c in self.placed[j][1]}
+        extra: list[str] = []
+        for step in range(1, self.mpl):
+            for j in self._row_jobs((row + step) % self.mpl):
+                cols = self.placed[j][1]
+                if busy.isdisjoint(cols) and (accept is None or accept(j)):
+                    extra.append(j)
+                    busy.update(cols)
+        return extra
+
+    def _plan_jobs(self, row: int) -> list[str]:
+        """The jobs the slot of ``row`` runs; ``self.row`` is still the previous slot's row."""
+        jobs = self._row_jobs(row)
+        if self.alternate:
+            jobs += self._alternates(row, jobs)
+        return jobs
+
     def _dispatch(self, at: float) -> Dispatch:
         row = self._next_row()
-        jobs = self._row_jobs(row)
-        busy = {c for j in jobs for c in self.placed[j][1]}
-        if self.alternate:
-            for step in range(1, self.mpl):
-                for j in self._row_jobs((row + step) % self.mpl):
-                    cols = self.placed[j][1]
-                    if busy.isdisjoint(cols):
-                        jobs.append(j)
-                        busy.update(cols)
+        jobs = self._plan_jobs(row)
         allowed: dict[int, set[str]] = {n: set() for n in range(self.nodes)}
         for j in jobs:
             for c in self.placed[j][1]:
@@ -214,3 +235,4 @@ class Gang(Scheduler):
     global_policy = GangGlobal
     local_policy = GangLocal
     defaults = {"mpl": 3, "quantum_ms": 100.0, "alternate": True, "packing": True, "lead_ms": 25.0}
+    allocation_defaults = MEMORY_DEFAULTS

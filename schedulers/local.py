@@ -1,6 +1,7 @@
 """Native local scheduling (NLS): every process may run and each node's OS shares its CPU (ALGORITHMS.md
 §1, §6). The only global decision is where a job goes and whether a node already holds ``mpl``
-processes."""
+processes, and (memory-aware allocation, :class:`~testbed.schedulers.batch.NodeMemory`) whether the
+job's processes fit in the free memory of the nodes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .base import GlobalAction, GlobalPolicy, JobSpec, PolicyConfigError, Reject, RunAll, Scheduler, Start
-from .batch import oversize_reason, param_bool
+from .batch import MEMORY_DEFAULTS, NodeMemory, oversize_reason, param_bool
 
 
 def param_mpl(params: Mapping[str, Any], scheduler: str) -> int:
@@ -48,6 +49,7 @@ class LocalGlobal(GlobalPolicy):
         super().__init__(nodes, params, seed)
         self.mpl = param_mpl(self.params, "local")
         self.packing = param_bool(self.params, "packing", "local")
+        self.mem = NodeMemory(self, "local")
         self.rng = random.Random(seed)
         self.load = [0] * nodes
         self.queue: list[JobSpec] = []
@@ -57,7 +59,7 @@ class LocalGlobal(GlobalPolicy):
         return len(self.queue)
 
     def submit(self, now: float, job: JobSpec) -> list[GlobalAction]:
-        reason = oversize_reason(job, self.nodes)
+        reason = oversize_reason(job, self.nodes) or self.mem.never_fits(job)
         if reason is not None:
             return [Reject(job.job_id, reason)]
         self.queue.append(job)
@@ -70,15 +72,16 @@ class LocalGlobal(GlobalPolicy):
         else:
             for n in nodes:
                 self.load[n] -= 1
+            self.mem.release(job_id)
         return self._schedule()
 
     def _schedule(self) -> list[GlobalAction]:
         actions: list[GlobalAction] = []
         while self.queue:
             job = self.queue[0]
-            eligible = [n for n in range(self.nodes) if self.load[n] < self.mpl]
+            eligible = [n for n in range(self.nodes) if self.load[n] < self.mpl and self.mem.fits(n, job)]
             if len(eligible) < job.size:
-                break  # FCFS: the head blocks the queue
+                break  # FCFS: the head blocks the queue (also while its memory does not fit)
             if self.packing:
                 nodes = least_loaded(self.load, eligible, job.size)
             else:
@@ -86,6 +89,7 @@ class LocalGlobal(GlobalPolicy):
             self.queue.pop(0)
             for n in nodes:
                 self.load[n] += 1
+            self.mem.take(job, nodes)
             self.placed[job.job_id] = nodes
             actions.append(Start(job.job_id, nodes))
         return actions
@@ -97,3 +101,4 @@ class Local(Scheduler):
     global_policy = LocalGlobal
     local_policy = RunAll
     defaults = {"mpl": 3, "packing": True}
+    allocation_defaults = MEMORY_DEFAULTS

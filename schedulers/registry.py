@@ -12,6 +12,7 @@ _BUILTIN = {
     "batch": "testbed.schedulers.batch:Batch",
     "local": "testbed.schedulers.local:Local",
     "gang": "testbed.schedulers.gang:Gang",
+    "paired": "testbed.schedulers.paired:Paired",
     "spin": "testbed.schedulers.cosched:Spin",
     "dcs": "testbed.schedulers.cosched:Dcs",
     "sb": "testbed.schedulers.cosched:Sb",

@@ -13,7 +13,12 @@ writes the same event log. Model:
 * a stopped process does nothing: it does not compute, issue its next write, send or consume a message
   (a write already issued completes, a message in flight arrives);
 * a new process runs unless its node's local policy stops it (as a forked process does), and a
-  decision's ``run=None`` leaves every process as it was; a decision's ``wakeup`` replaces the pending one.
+  decision's ``run=None`` leaves every process as it was; a decision's ``wakeup`` replaces the pending one;
+* for a global policy that ``wants_utilization``, each node, at each slot switch, reports every process
+  that was allowed to run (or used CPU) in the quantum just ended with its exact CPU share over it
+  (``GlobalPolicy.utilization``), before the new slot takes effect;
+* ``node_memory_mb`` is handed to the global policy (``set_node_memory``); memory itself is not modelled
+  (a policy that places a job where it does not fit is not slowed by swapping).
 
 The simulation is exact up to floating point: a heap of timed events; a node's completion time is
 recomputed only when something on that node changes.
@@ -96,6 +101,7 @@ class _Process:
     __slots__ = (
         "run", "rank", "node", "proc", "app", "size", "phase", "work", "it", "writes_left", "io_busy",
         "need", "inbox", "spinning", "waiting", "spin_ver", "cpu_s", "barriers", "nice", "allowed",
+        "q_cpu", "q_t0", "q_ran",
     )  # fmt: skip
 
     def __init__(self, run: _JobRun, rank: int, node: _Node) -> None:
@@ -119,6 +125,11 @@ class _Process:
         self.barriers = 0
         self.nice = 0
         self.allowed = True  # a new process runs unless stopped
+        # Utilisation of the current quantum (policies that want it): CPU time and time at its start,
+        # and whether the process was allowed to run for some time in it.
+        self.q_cpu = 0.0
+        self.q_t0 = 0.0
+        self.q_ran = False
 
     def wants_cpu(self) -> bool:
         return self.allowed and (self.phase == _COMPUTE or (self.phase == _WAIT and self.spinning))
@@ -159,6 +170,7 @@ class Simulation:
         duration: float | None = None,
         latency_s: float = 50e-6,
         switch_skew_s: float = 0.0,
+        node_memory_mb: float | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError(f"nodes: a cluster needs at least 1 node, got {nodes}")
@@ -173,6 +185,8 @@ class Simulation:
         self.events: list[dict] = []
         self.coord = EventWriter(None, "coordinator")
         self.gp: GlobalPolicy = scheduler.make_global(nodes, params, seed)
+        self.gp.set_node_memory(node_memory_mb)
+        self._util = bool(type(self.gp).wants_utilization)
         self.nodes = [
             _Node(n, scheduler.make_local(n, params, seed), EventWriter(None, f"node{n}"))
             for n in range(nodes)
@@ -343,6 +357,7 @@ class Simulation:
             p = _Process(r, rank, node)
             r.procs.append(p)
             self._touch(node)
+            p.q_t0 = self.now
             node.procs[p.proc] = p
             self._emit(node.writer, ev.PROC_STARTED, self.now, job=a.job_id, rank=rank, node=n, pid=None)
             self._feed(node, ProcAdded(p.proc))
@@ -394,6 +409,10 @@ class Simulation:
     def _sync(self, node: _Node) -> None:
         """Accounts the CPU used on ``node`` from ``node.last`` to now, at the current shares."""
         dt = self.now - node.last
+        if dt > 0 and self._util:
+            for p in node.procs.values():
+                if p.allowed:
+                    p.q_ran = True
         if dt > 0:
             rate = self.cpu_rate
             for p, share in zip(node.active, node.shares, strict=True):
@@ -504,7 +523,24 @@ class Simulation:
                 effect=self.now,
                 late_ms=late_ms,
             )
+            if self._util:
+                self._report_utilization(node)
             self._feed(node, SlotStart(slot, allowed))
+
+    def _report_utilization(self, node: _Node) -> None:
+        """The quantum ends on ``node``: each process that ran in it reports its CPU share over it."""
+        self._touch(node)  # accounts CPU (and marks who ran) up to now
+        reports = []
+        for p in node.procs.values():
+            interval = self.now - p.q_t0
+            used = p.cpu_s - p.q_cpu
+            if (p.q_ran or used > 0) and interval > 0:
+                reports.append((p.proc.job_id, p.rank, used / interval, interval))
+            p.q_cpu = p.cpu_s
+            p.q_t0 = self.now
+            p.q_ran = False
+        for job_id, rank, util, interval in reports:
+            self._apply_global(self.gp.utilization(self.now, job_id, rank, util, interval))
 
     def _on_io_done(self, p: _Process) -> None:
         if p.phase == _DONE:
@@ -670,13 +706,15 @@ def simulate(
     duration: float | None = None,
     latency_s: float = 50e-6,
     switch_skew_s: float = 0.0,
+    node_memory_mb: float | None = None,
 ) -> list[dict]:
     """Simulates ``jobs`` under ``scheduler`` on ``nodes`` uniprocessor nodes; returns the event log in
     the emulator's format (:class:`testbed.events.EventWriter`), ordered by emulated time.
 
     ``switch_skew_s`` delays node n's slot switches by ``switch_skew_s * n / (nodes - 1)``, so the
     switch skew across the cluster is ``switch_skew_s``. With ``duration``, the run stops then and jobs
-    not finished are killed (``job_killed``).
+    not finished are killed (``job_killed``). ``node_memory_mb`` is each node's memory, told to the global
+    policy for memory-aware allocation (None: unknown, no memory checks).
     """
     sim = Simulation(
         jobs,
@@ -688,5 +726,6 @@ def simulate(
         duration=duration,
         latency_s=latency_s,
         switch_skew_s=switch_skew_s,
+        node_memory_mb=node_memory_mb,
     )
     return sim.run()
