@@ -335,3 +335,20 @@ class Scheduler:
     @classmethod
     def make_local(cls, node: int, params: Mapping[str, Any], seed: int) -> LocalPolicy:
         return cls.local_policy(node, cls.check_params(params), seed)
+
+
+def job_wait(
+    scheduler: type[Scheduler],
+    params: Mapping[str, Any],
+    *,
+    wait_mode: str,
+    spin_time_us: float,
+    explicit: bool,
+) -> tuple[str, float]:
+    """The wait mode and spin time (us) a job runs with under ``scheduler`` (with ``params``), given its
+    own (``explicit``: the scenario set its wait mode). See :class:`Scheduler`'s ``wait_mode``."""
+    forced = scheduler.wait_mode
+    if forced is None or (explicit and scheduler.allows_wait_mode_override):
+        return wait_mode, spin_time_us
+    spin = params.get("spin_time_us", scheduler.spin_time_us)
+    return forced, spin_time_us if spin is None else float(spin)

@@ -47,6 +47,7 @@ from .base import (
     RunAll,
     Scheduler,
     Timer,
+    job_wait,  # noqa: F401 - re-exported: the rule applies to every scheduler, it lives in base
 )
 from .batch import MEMORY_DEFAULTS
 from .local import LocalGlobal
@@ -537,20 +538,3 @@ class Hybrid(_Cosched):
     defaults = {**_NLS, **_BOOST}
     wait_mode = "block"
     allows_wait_mode_override = False
-
-
-def job_wait(
-    scheduler: type[Scheduler],
-    params: Mapping[str, Any],
-    *,
-    wait_mode: str,
-    spin_time_us: float,
-    explicit: bool,
-) -> tuple[str, float]:
-    """The wait mode and spin time (us) a job runs with under ``scheduler`` (with ``params``), given its
-    own (``explicit``: the scenario set its wait mode). See :class:`Scheduler`'s ``wait_mode``."""
-    forced = scheduler.wait_mode
-    if forced is None or (explicit and scheduler.allows_wait_mode_override):
-        return wait_mode, spin_time_us
-    spin = params.get("spin_time_us", scheduler.spin_time_us)
-    return forced, spin_time_us if spin is None else float(spin)

@@ -71,6 +71,8 @@ class _ProcState:
     nice: int = 0
     cpu_at_sample: float = 0.0
     t_at_sample: float = 0.0
+    cpu_at_switch: float = 0.0  # per-quantum baseline, apart from the periodic sampler's
+    t_at_switch: float = 0.0
     log: str = ""
 
 
@@ -99,6 +101,8 @@ class NodeAgent:
         self.sched = registry.get(self.cfg.scheduler)
         self.policy = self.sched.make_local(self.node, self.cfg.params, self.cfg.seed)
         self.wants_util = getattr(self.policy, "wants_utilization", False)
+        # Paired gang predicts from each process's CPU use per quantum: report it to the coordinator.
+        self.report_quanta = getattr(self.sched.global_policy, "wants_utilization", False)
         self.procs: dict[Proc, _ProcState] = {}
         self.exits: list[dict] = []
         self.notify: Callable[[str, dict], Any] | None = None
@@ -344,7 +348,7 @@ class NodeAgent:
 
     def _register(self, proc: Proc, worker: Worker, log: str) -> int:
         now = self.clock.now()
-        st = _ProcState(proc, worker, running=True, t_at_sample=now, log=log)
+        st = _ProcState(proc, worker, running=True, t_at_sample=now, t_at_switch=now, log=log)
         self.procs[proc] = st
         self.lt.loop.add_reader(worker.pidfd, self._on_exit, proc)
         self.events.emit(
@@ -426,7 +430,7 @@ class NodeAgent:
 
     def _switch(self, at: float, slot: int, allowed: frozenset[str], received: float) -> None:
         t_real = time.monotonic()
-        self._sample(emit=False)  # per-process CPU of the quantum that ends here, from the kernel
+        self._quantum_sample(self.clock.emu_at(t_real))
         effect = self._apply(self._decide(self.clock.emu_at(t_real), SlotStart(slot, allowed)))
         if effect is None:
             effect = t_real  # nothing to change: the node was already in the slot's state
@@ -444,6 +448,25 @@ class NodeAgent:
         )
         if self.metrics is not None:
             self._switch_batch.append((slot, e_emu))  # sent to the coordinator (skew) by the metrics tick
+
+    def _quantum_sample(self, now: float) -> None:
+        """Per-process CPU of the quantum that ends here, from the kernel. Only processes that were
+        allowed to run report: a stopped one's 0 would read as an I/O-bound quantum."""
+        samples = []
+        for p, st in self.procs.items():
+            try:
+                cpu = st.worker.cpu_time_s()
+            except (OSError, ValueError):
+                continue
+            dt = now - st.t_at_switch
+            if st.running and dt > 0:
+                util = (cpu - st.cpu_at_switch) / (dt * self.cfg.cpu_rate * self.cfg.cores)
+                samples.append((p.job_id, p.rank, min(1.0, max(0.0, util)), dt))
+            st.cpu_at_switch, st.t_at_switch = cpu, now
+        if samples and self.report_quanta:
+            self.events.emit(ev.QUANTUM_CPU, t=now, node=self.node, samples=samples)
+            if self.notify is not None:
+                self.notify("utilization", {"node": self.node, "samples": samples})
 
     def _sample(self, emit: bool) -> None:
         now = self.clock.now()

@@ -138,6 +138,7 @@ def run_ray(
             tdf=tdf,
             duration_s=scn.duration_s,
             monitoring=mon,
+            node_memory_mb=c.memory_mb,
         )
         if mon:
             _write_targets(run_dir, run_id, nodes_sd, ray.get(coordinator.metrics_address.remote()), mon)

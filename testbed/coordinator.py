@@ -60,10 +60,12 @@ class Coordinator:
         tdf: float,
         duration_s: float | None = None,
         monitoring: dict | None = None,
+        node_memory_mb: float | None = None,
     ) -> None:
         self.nodes = nodes
         self.sched_name = scheduler
         self.policy = registry.get(scheduler).make_global(nodes, params, seed)
+        self.policy.set_node_memory(node_memory_mb)
         self.jobs = {j.job_id: _JobRun(j) for j in jobs}
         self.proxies = list(proxies)
         self.nics = list(nic_addresses)
@@ -93,6 +95,8 @@ class Coordinator:
             self.lt.loop.call_soon_threadsafe(self._proc_exited, payload)
         elif kind == "switches" and self.metrics is not None:
             self.lt.loop.call_soon_threadsafe(self._switches, payload)
+        elif kind == "utilization":
+            self.lt.loop.call_soon_threadsafe(self._utilization, payload)
 
     def metrics_address(self) -> str | None:
         return self._metrics_address
@@ -232,6 +236,16 @@ class Coordinator:
         for jr in self.jobs.values():
             if jr.state == "running" and node in jr.nodes:
                 self._fail(jr, f"node {node} went down ({why})")
+
+    def _utilization(self, payload: dict) -> None:
+        """Per-process CPU use of the quantum a node just ended (paired gang predicts from it)."""
+        if self.ended:
+            return
+        now = self._now()
+        for job_id, rank, util, interval in payload["samples"]:
+            jr = self.jobs.get(job_id)
+            if jr is not None and jr.state == "running":
+                self._do(self.policy.utilization(now, job_id, rank, util, interval))
 
     def _proc_exited(self, rec: dict) -> None:
         jr = self.jobs.get(rec["job"])

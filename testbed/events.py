@@ -27,6 +27,7 @@ PROC_STARTED = "proc_started"  # job, rank, node, pid
 PROC_EXITED = "proc_exited"  # job, rank, node, code, cpu_s, reason
 SLOT_SWITCH = "slot_switch"  # node, slot, at (planned, emulated), effect (emulated), late_ms
 PROC_CPU = "proc_cpu"  # node, job, rank, cpu_s (cumulative)
+QUANTUM_CPU = "quantum_cpu"  # node, samples: [[job, rank, utilisation, interval], ...] (paired gang)
 PROGRESS = "progress"  # node, job, rank, unit ("barriers"), value (cumulative)
 RATE_PROBE = "rate_probe"  # node, configured, delivered, error
 NODE_DOWN = "node_down"  # node, reason

@@ -59,6 +59,7 @@ def run_once(
             seed=scn.workload.seed,
             duration=scn.duration_s,
             latency_s=scn.cluster.network.latency_us * 1e-6,
+            node_memory_mb=scn.cluster.memory_mb,
         )
         ev.write_all(events, run_dir / "events.jsonl")
         return results.write(run_dir, events, _facts(scn, "sim", 1.0, "modelled"), {"ended": "simulated"})

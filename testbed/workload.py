@@ -6,13 +6,23 @@ import numpy as np
 
 from testbed.jobs import Job, SyntheticApp
 from testbed.scenario import AppConfig, Scenario
-from testbed.schedulers.base import JobSpec
+from testbed.schedulers import registry
+from testbed.schedulers.base import JobSpec, job_wait
 
 
-def _app(cfg: AppConfig, iterations: int | None = None) -> SyntheticApp:
+def _app(cfg: AppConfig, scn: Scenario, iterations: int | None = None) -> SyntheticApp:
     fields = cfg.model_dump(exclude={"kind"})
     if iterations is not None:
         fields["iterations"] = iterations
+    # A coscheduling scheme ties the receive wait mode to itself (paper 003, table 1); a job keeps its own
+    # only where the scheduler allows it and the scenario set it explicitly.
+    fields["wait_mode"], fields["spin_time_us"] = job_wait(
+        registry.get(scn.scheduler.name),
+        scn.scheduler.params,
+        wait_mode=cfg.wait_mode,
+        spin_time_us=cfg.spin_time_us,
+        explicit="wait_mode" in cfg.model_fields_set,
+    )
     return SyntheticApp(**fields)
 
 
@@ -28,7 +38,7 @@ def build(scn: Scenario) -> list[Job]:
     rate = scn.cluster.cpu_rate
     jobs: list[Job] = []
     for i, entry in enumerate(scn.workload.jobs):
-        app = _app(entry.app)
+        app = _app(entry.app, scn)
         jobs.append(
             Job(
                 JobSpec(
@@ -62,10 +72,10 @@ def build(scn: Scenario) -> list[Job]:
             else:
                 dur = d.mean_s
             size = int(rng.integers(gen.size.min, gen.size.max + 1))
-            template = _app(cls.app, iterations=1)
+            template = _app(cls.app, scn, iterations=1)
             per_iter = template.ideal_runtime(rate)
             iterations = max(1, round(dur / per_iter)) if per_iter > 0 else 1
-            app = _app(cls.app, iterations=iterations)
+            app = _app(cls.app, scn, iterations=iterations)
             jobs.append(
                 Job(
                     JobSpec(

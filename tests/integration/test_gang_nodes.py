@@ -17,7 +17,8 @@ from testbed.coordinator import Coordinator, LocalProxy
 from testbed.jobs import Job, SyntheticApp
 
 
-def _run(tmp_path, scheduler, params, jobs, nodes=4, tdf=2.0, timeout=120.0):
+def _run(tmp_path, scheduler, params, jobs, nodes=4, tdf=2.0, timeout=120.0, keep=None):
+    """Runs jobs on ``nodes`` in-process agents; ``keep`` (a dict) receives the coordinator."""
     run_id = "test-" + uuid.uuid4().hex[:8]
     pool = cf.ThreadPoolExecutor(8)
     agents = [
@@ -46,6 +47,8 @@ def _run(tmp_path, scheduler, params, jobs, nodes=4, tdf=2.0, timeout=120.0):
         for a in agents:
             a.set_run(t0, ipu, coord.on_node_event)
         coord.start(t0)
+        if keep is not None:
+            keep["coordinator"] = coord
         deadline = time.monotonic() + timeout
         while not coord.status()["done"]:
             assert time.monotonic() < deadline, coord.status()
