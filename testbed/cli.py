@@ -124,7 +124,7 @@ def schedulers() -> None:
     from testbed.schedulers import registry
 
     for sched in registry.all_schedulers():
-        params = ", ".join(f"{k}={v}" for k, v in sched.defaults.items())
+        params = ", ".join(f"{k}={v}" for k, v in sched.all_defaults().items())
         out.print(f"[bold]{sched.name:<10}[/bold] {sched.summary}  [dim]({params})[/dim]", highlight=False)
 
 
