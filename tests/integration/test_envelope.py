@@ -7,11 +7,9 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
-from testbed.janitor import cleanup_run
 from testbed.mechanism import envelope as envmod
 from testbed.mechanism.envelope import (
     CgroupV1Envelope,
@@ -25,14 +23,6 @@ from testbed.mechanism.process import spawn
 BUSY = [sys.executable, "-c", "while True: pass"]
 _V1_WHY = envmod.probe_v1()
 needs_v1 = pytest.mark.skipif(_V1_WHY is not None, reason=f"cgroup v1 envelope not usable here: {_V1_WHY}")
-
-
-@pytest.fixture
-def run_id():
-    rid = f"test-{uuid.uuid4().hex[:10]}"
-    yield rid
-    report = cleanup_run(rid)
-    assert not report["errors"], report
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
 
 import pytest
 
@@ -56,14 +55,6 @@ def procs():
         if p.poll() is None:
             p.kill()
         p.wait()
-
-
-@pytest.fixture
-def run_id():
-    rid = f"test-{uuid.uuid4().hex[:10]}"
-    yield rid
-    report = cleanup_run(rid)
-    assert not report["errors"], report
 
 
 PARENT = textwrap.dedent("""

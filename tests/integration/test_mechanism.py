@@ -13,25 +13,15 @@ import sys
 import textwrap
 import threading
 import time
-import uuid
 
 import pytest
 
-from testbed.janitor import cleanup_run
 from testbed.mechanism import accounting
 from testbed.mechanism.envelope import NoEnvelope
 from testbed.mechanism.priority import raise_thread_priority, reset_thread_priority
 from testbed.mechanism.process import SpawnError, cont_all, spawn, stop_all
 
 BUSY = [sys.executable, "-c", "while True: pass"]
-
-
-@pytest.fixture
-def run_id():
-    rid = f"test-{uuid.uuid4().hex[:10]}"
-    yield rid
-    report = cleanup_run(rid)
-    assert not report["errors"], report
 
 
 def _spawn(argv, run_id, **kw):
