@@ -111,7 +111,27 @@ class NodeMemory:
             self.used[n] = max(0.0, self.used[n] - mb)
 
 
-class BatchGlobal(GlobalPolicy):
+class FcfsQueue(GlobalPolicy):
+    """An FCFS arrival queue in front of ``_schedule(now)``; jobs that can never fit are rejected at once."""
+
+    queue: list[JobSpec]
+    mem: NodeMemory
+
+    def pending(self) -> int:
+        return len(self.queue)
+
+    def submit(self, now: float, job: JobSpec) -> list[GlobalAction]:
+        reason = oversize_reason(job, self.nodes) or self.mem.never_fits(job)
+        if reason is not None:
+            return [Reject(job.job_id, reason)]
+        self.queue.append(job)
+        return self._schedule(now)
+
+    def _schedule(self, now: float) -> list[GlobalAction]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class BatchGlobal(FcfsQueue):
     """FCFS queue; the head blocks unless EASY backfilling lets a later job through."""
 
     def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
@@ -124,16 +144,6 @@ class BatchGlobal(GlobalPolicy):
         self.queue: list[JobSpec] = []
         # job_id -> (nodes, expected end); end is inf when the job gave no estimate
         self.running: dict[str, tuple[tuple[int, ...], float]] = {}
-
-    def pending(self) -> int:
-        return len(self.queue)
-
-    def submit(self, now: float, job: JobSpec) -> list[GlobalAction]:
-        reason = oversize_reason(job, self.nodes) or self.mem.never_fits(job)
-        if reason is not None:
-            return [Reject(job.job_id, reason)]
-        self.queue.append(job)
-        return self._schedule(now)
 
     def finished(self, now: float, job_id: str) -> list[GlobalAction]:
         placed = self.running.pop(job_id, None)

@@ -9,8 +9,8 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from .base import GlobalAction, GlobalPolicy, JobSpec, PolicyConfigError, Reject, RunAll, Scheduler, Start
-from .batch import MEMORY_DEFAULTS, NodeMemory, oversize_reason, param_bool
+from .base import GlobalAction, JobSpec, PolicyConfigError, RunAll, Scheduler, Start
+from .batch import MEMORY_DEFAULTS, FcfsQueue, NodeMemory, param_bool
 
 
 def param_mpl(params: Mapping[str, Any], scheduler: str) -> int:
@@ -44,7 +44,7 @@ def least_loaded(load: list[int], eligible: list[int], size: int) -> tuple[int, 
     return tuple(sorted(best))
 
 
-class LocalGlobal(GlobalPolicy):
+class LocalGlobal(FcfsQueue):
     def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
         super().__init__(nodes, params, seed)
         self.mpl = param_mpl(self.params, "local")
@@ -55,16 +55,6 @@ class LocalGlobal(GlobalPolicy):
         self.queue: list[JobSpec] = []
         self.placed: dict[str, tuple[int, ...]] = {}
 
-    def pending(self) -> int:
-        return len(self.queue)
-
-    def submit(self, now: float, job: JobSpec) -> list[GlobalAction]:
-        reason = oversize_reason(job, self.nodes) or self.mem.never_fits(job)
-        if reason is not None:
-            return [Reject(job.job_id, reason)]
-        self.queue.append(job)
-        return self._schedule()
-
     def finished(self, now: float, job_id: str) -> list[GlobalAction]:
         nodes = self.placed.pop(job_id, None)
         if nodes is None:
@@ -73,9 +63,9 @@ class LocalGlobal(GlobalPolicy):
             for n in nodes:
                 self.load[n] -= 1
             self.mem.release(job_id)
-        return self._schedule()
+        return self._schedule(now)
 
-    def _schedule(self) -> list[GlobalAction]:
+    def _schedule(self, now: float) -> list[GlobalAction]:
         actions: list[GlobalAction] = []
         while self.queue:
             job = self.queue[0]
