@@ -334,6 +334,15 @@ class NodeAgent:
         ]  # fmt: skip
         if not app.get("barrier", True):
             argv.append("--no-barrier")
+        # Paper-000 patterns and memory: flags only when not the default, so older command lines stay.
+        if app.get("pattern", "barrier") != "barrier":
+            argv += ["--pattern", app["pattern"]]
+        if app.get("msg_bytes", 0):
+            argv += ["--msg-bytes", str(app["msg_bytes"])]
+        if app.get("msgs", 1) != 1:
+            argv += ["--msgs", str(app["msgs"])]
+        if app.get("memory_mb", 0):
+            argv += ["--memory-mb", repr(float(app["memory_mb"]))]
         env = self._env(
             {
                 "TB_JOB": job_id,

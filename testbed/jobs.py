@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from testbed.apps.synthetic import PATTERNS, pattern_plan
 from testbed.schedulers.base import JobSpec
 
 #: One calibrated work unit is this much CPU time on a node of CPU rate 1.0 (emulated seconds).
@@ -12,11 +13,33 @@ WORK_UNIT_S = 0.001
 
 WAIT_MODES = ("spin", "block", "spin-block")
 
+__all__ = ["PATTERNS", "WAIT_MODES", "WORK_UNIT_S", "Job", "SyntheticApp", "check_pattern", "pattern_plan"]
+
+
+def check_pattern(pattern: str, msg_bytes: int, msgs: int, barrier: bool = True) -> None:
+    """Raises ValueError naming the field and the fix when the communication fields do not fit together."""
+    if pattern not in PATTERNS:
+        raise ValueError(f"pattern: unknown pattern {pattern!r}; use one of {', '.join(PATTERNS)}")
+    if msg_bytes < 0 or msgs < 0:
+        raise ValueError("msg_bytes and msgs must be >= 0")
+    if pattern == "barrier" and (msg_bytes != 0 or msgs != 1):
+        raise ValueError(
+            "pattern barrier sends one round of empty messages per iteration: leave msg_bytes at 0 and msgs "
+            "at 1, or use pattern rank0 (the same shape with payloads and rounds)"
+        )
+    if not barrier and pattern != "barrier":
+        raise ValueError(f"barrier false means no communication, but pattern is {pattern!r}; drop one")
+
 
 @dataclass(frozen=True)
 class SyntheticApp:
     """Paper 002, fig. 6: ``iterations`` x { compute ``gcomp`` work units; ``gio`` writes of ``io_bytes``
-    bytes to a real file, each taking at least ``io_time_ms`` emulated ms; barrier }."""
+    bytes to a real file, each taking at least ``io_time_ms`` emulated ms; barrier }.
+
+    Paper 000's best-effort process generalises the barrier: ``pattern`` other than ``"barrier"`` makes
+    the step ``msgs`` rounds of a point-to-point exchange (:func:`pattern_plan`) with ``msg_bytes``-byte
+    payloads. ``barrier=False`` drops the communication step altogether. ``memory_mb`` is what each
+    process allocates and keeps resident (the job's ``JobSpec.memory_mb``; 0 = nothing extra)."""
 
     iterations: int
     gcomp: float = 0.0
@@ -26,6 +49,15 @@ class SyntheticApp:
     barrier: bool = True
     wait_mode: str = "block"
     spin_time_us: float = 300.0
+    pattern: str = "barrier"
+    msg_bytes: int = 0
+    msgs: int = 1
+    memory_mb: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_pattern(self.pattern, self.msg_bytes, self.msgs, self.barrier)
+        if self.memory_mb < 0:
+            raise ValueError(f"memory_mb must be >= 0, got {self.memory_mb}")
 
     def compute_s(self, cpu_rate: float = 1.0) -> float:
         """Emulated seconds of CPU one iteration needs on a node of rate ``cpu_rate``."""
@@ -37,6 +69,15 @@ class SyntheticApp:
     def ideal_runtime(self, cpu_rate: float = 1.0) -> float:
         """Runtime alone on dedicated nodes, ignoring barrier latency (emulated s)."""
         return self.iterations * (self.compute_s(cpu_rate) + self.io_s())
+
+    def messages_per_iteration(self, size: int) -> float:
+        """Messages one process sends per iteration, averaged over the ``size`` ranks."""
+        if not self.barrier or size <= 1:
+            return 0.0
+        if self.pattern == "barrier":
+            return 2.0 * (size - 1) / size
+        sent = sum(len(pattern_plan(self.pattern, r, size)[1]) for r in range(size))
+        return self.msgs * sent / size
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -13,7 +13,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from testbed.jobs import WAIT_MODES
+from testbed.jobs import WAIT_MODES, check_pattern
+from testbed.profiles import get as get_profile
 from testbed.schedulers import registry
 from testbed.schedulers.base import PolicyConfigError
 
@@ -103,7 +104,12 @@ class SchedulerConfig(_Model):
 
 class AppConfig(_Model):
     """The synthetic program of paper 002 (fig. 6). gcomp is in calibrated work units (1 unit = 1 ms of CPU
-    on a node of rate 1.0); each of the gio writes takes at least io_time_ms emulated."""
+    on a node of rate 1.0); each of the gio writes takes at least io_time_ms emulated.
+
+    Paper 000's best-effort process: ``pattern`` (barrier | ring | neighbour | alltoall | rank0), with
+    ``msgs`` rounds of ``msg_bytes``-byte messages per iteration. ``profile`` (EP, BT, LU, MG, SP, CG, IS;
+    testbed/profiles.py) fills the fields it defines; fields given explicitly override it. Memory is the
+    job's (``memory_mb`` of the job entry or generator class), not the app's."""
 
     kind: Literal["synthetic"] = "synthetic"
     iterations: int = Field(10, ge=1)
@@ -114,12 +120,33 @@ class AppConfig(_Model):
     barrier: bool = True
     wait_mode: Literal["spin", "block", "spin-block"] = "block"
     spin_time_us: float = Field(300.0, ge=0)
+    pattern: Literal["barrier", "ring", "neighbour", "alltoall", "rank0"] = "barrier"
+    msg_bytes: int = Field(0, ge=0, description="payload of each point-to-point message (not barrier)")
+    msgs: int = Field(1, ge=0, description="rounds of the pattern per iteration")
+    profile: str | None = Field(None, description="NAS-like profile: EP, BT, LU, MG, SP, CG or IS")
+
+    @field_validator("profile")
+    @classmethod
+    def _profile_known(cls, v):
+        return None if v is None else get_profile(v).name  # ValueError naming the known profiles
 
     @model_validator(mode="after")
     def _does_something(self):
-        if self.gcomp == 0 and self.gio == 0:
+        f = self.resolved()
+        if f["gcomp"] == 0 and f["gio"] == 0:
             raise ValueError("gcomp and gio are both 0: the job would do no work; set one of them above 0")
+        check_pattern(f["pattern"], f["msg_bytes"], f["msgs"], f["barrier"])
         return self
+
+    def resolved(self) -> dict:
+        """The SyntheticApp fields (memory aside): the profile's, then the fields given explicitly."""
+        fields = self.model_dump(exclude={"kind", "profile"})
+        if self.profile is None:
+            return fields
+        out = {**fields, **get_profile(self.profile).app_fields()}
+        for name in self.model_fields_set - {"kind", "profile"}:
+            out[name] = fields[name]
+        return out
 
 
 class JobEntry(_Model):
@@ -129,17 +156,35 @@ class JobEntry(_Model):
     job_class: str | None = None
     app: AppConfig = Field(default_factory=AppConfig)
     estimate_s: float | None = Field(None, gt=0)
-    memory_mb: float = Field(0.0, ge=0)
+    memory_mb: float = Field(
+        0.0, ge=0, description="per process, allocated for real by each worker; unset: the profile's, else 0"
+    )
     exclusive: bool = False
+
+    def memory(self) -> float:
+        """The job's memory per process: explicit, else the app profile's for this size, else 0."""
+        if "memory_mb" not in self.model_fields_set and self.app.profile is not None:
+            return get_profile(self.app.profile).memory_mb(self.size)
+        return self.memory_mb
 
 
 class JobClass(_Model):
     """A kind of job the generator draws: its per-iteration shape; the iteration count follows from the
-    drawn duration."""
+    drawn duration. With an app profile, sizes are drawn from the profile's process counts within the
+    generator's size bounds (uniform over size.min..max if none fits), and memory_mb defaults to the
+    profile's for the drawn size."""
 
     name: str
     weight: float = Field(1.0, gt=0)
     app: AppConfig = Field(default_factory=AppConfig)
+    memory_mb: float | None = Field(None, ge=0, description="per process; null: the profile's, else 0")
+
+    def memory(self, size: int) -> float:
+        if self.memory_mb is not None:
+            return self.memory_mb
+        if self.app.profile is not None:
+            return get_profile(self.app.profile).memory_mb(size)
+        return 0.0
 
 
 class DurationDist(_Model):

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from testbed import profiles
 from testbed.jobs import Job, SyntheticApp
 from testbed.scenario import AppConfig, Scenario
 from testbed.schedulers import registry
 from testbed.schedulers.base import JobSpec, job_wait
 
 
-def _app(cfg: AppConfig, scn: Scenario, iterations: int | None = None) -> SyntheticApp:
-    fields = cfg.model_dump(exclude={"kind"})
+def _app(
+    cfg: AppConfig, scn: Scenario, iterations: int | None = None, memory_mb: float = 0.0
+) -> SyntheticApp:
+    fields = cfg.resolved()  # the profile's fields, overridden by those given explicitly
+    # One source of truth for memory: the job's (JobEntry / JobClass), which also becomes JobSpec.memory_mb.
+    fields["memory_mb"] = memory_mb
     if iterations is not None:
         fields["iterations"] = iterations
     # A coscheduling scheme ties the receive wait mode to itself (paper 003, table 1); a job keeps its own
@@ -26,6 +31,13 @@ def _app(cfg: AppConfig, scn: Scenario, iterations: int | None = None) -> Synthe
     return SyntheticApp(**fields)
 
 
+def _profile_sizes(cfg: AppConfig, lo: int, hi: int) -> list[int]:
+    """A profile's process counts within [lo, hi]; empty without a profile (or if none fits)."""
+    if cfg.profile is None:
+        return []
+    return [s for s in profiles.get(cfg.profile).sizes if lo <= s <= hi]
+
+
 def _class_of(app: SyntheticApp) -> str:
     if app.gio and app.gcomp == 0:
         return "io"
@@ -38,7 +50,7 @@ def build(scn: Scenario) -> list[Job]:
     rate = scn.cluster.cpu_rate
     jobs: list[Job] = []
     for i, entry in enumerate(scn.workload.jobs):
-        app = _app(entry.app, scn)
+        app = _app(entry.app, scn, memory_mb=entry.memory())
         jobs.append(
             Job(
                 JobSpec(
@@ -46,9 +58,9 @@ def build(scn: Scenario) -> list[Job]:
                     size=entry.size,
                     submit_time=entry.submit_s,
                     estimate=entry.estimate_s if entry.estimate_s is not None else app.ideal_runtime(rate),
-                    memory_mb=entry.memory_mb,
+                    memory_mb=app.memory_mb,
                     exclusive=entry.exclusive,
-                    job_class=entry.job_class or _class_of(app),
+                    job_class=entry.job_class or entry.app.profile or _class_of(app),
                 ),
                 app,
             )
@@ -71,11 +83,15 @@ def build(scn: Scenario) -> list[Job]:
                 dur = rng.gamma(d.shape, d.mean_s / d.shape)
             else:
                 dur = d.mean_s
-            size = int(rng.integers(gen.size.min, gen.size.max + 1))
+            sizes = _profile_sizes(cls.app, gen.size.min, gen.size.max)
+            if sizes:
+                size = sizes[int(rng.integers(len(sizes)))]
+            else:
+                size = int(rng.integers(gen.size.min, gen.size.max + 1))
             template = _app(cls.app, scn, iterations=1)
             per_iter = template.ideal_runtime(rate)
             iterations = max(1, round(dur / per_iter)) if per_iter > 0 else 1
-            app = _app(cls.app, scn, iterations=iterations)
+            app = _app(cls.app, scn, iterations=iterations, memory_mb=cls.memory(size))
             jobs.append(
                 Job(
                     JobSpec(
@@ -83,6 +99,7 @@ def build(scn: Scenario) -> list[Job]:
                         size=size,
                         submit_time=round(float(t), 6),
                         estimate=app.ideal_runtime(rate),
+                        memory_mb=app.memory_mb,
                         job_class=cls.name,
                     ),
                     app,

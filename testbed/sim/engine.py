@@ -9,7 +9,11 @@ writes the same event log. Model:
 * each process runs its job's :class:`~testbed.jobs.SyntheticApp`: ``iterations`` x {compute; ``gio``
   writes of ``io_time_ms`` each (wall time, no CPU); barrier: every rank sends to rank 0, rank 0 answers
   all once it has heard from all; each message takes ``latency_s``; each message is one receive, which
-  waits in the job's ``wait_mode`` if the message is not there yet};
+  waits in the job's ``wait_mode`` if the message is not there yet}; with a point-to-point ``pattern``
+  (paper 000), the barrier step is ``msgs`` rounds of that pattern (:func:`testbed.jobs.pattern_plan`):
+  each message takes ``latency_s + msg_bytes / bandwidth_Bps`` (no bandwidth: latency only; a node's
+  incoming link is not serialised), each is one receive as above (any source, the round's tag), and
+  there are no collective enter/leave events (they are not collectives);
 * a stopped process does nothing: it does not compute, issue its next write, send or consume a message
   (a write already issued completes, a message in flight arrives);
 * a new process runs unless its node's local policy stops it (as a forked process does), and a
@@ -34,7 +38,7 @@ from typing import Any
 
 from testbed import events as ev
 from testbed.events import EventWriter
-from testbed.jobs import WORK_UNIT_S, Job
+from testbed.jobs import WORK_UNIT_S, Job, pattern_plan
 from testbed.schedulers.base import (
     CollectiveEnter,
     CollectiveLeave,
@@ -74,7 +78,8 @@ KILLED_REASON = "scenario duration reached"
 STALL_LIMIT = 20_000  # periodic events in a row with nothing else pending: nothing can progress
 
 # Process phases
-_COMPUTE, _IO, _BARRIER, _WAIT, _DONE = range(5)
+_COMPUTE, _IO, _BARRIER, _WAIT, _DONE, _XWAIT = range(6)
+_WAITING = (_WAIT, _XWAIT)  # waiting for a message: in a barrier, or in a point-to-point round
 
 # Heap event kinds. Periodic ones (ticks, slot switches, timers) recur on their own and cannot by
 # themselves show progress; the rest can.
@@ -101,7 +106,7 @@ class _Process:
     __slots__ = (
         "run", "rank", "node", "proc", "app", "size", "phase", "work", "it", "writes_left", "io_busy",
         "need", "inbox", "spinning", "waiting", "spin_ver", "cpu_s", "barriers", "nice", "allowed",
-        "q_cpu", "q_t0", "q_ran",
+        "q_cpu", "q_t0", "q_ran", "plan", "rounds", "rnd", "tag", "tagbox", "post",
     )  # fmt: skip
 
     def __init__(self, run: _JobRun, rank: int, node: _Node) -> None:
@@ -130,9 +135,19 @@ class _Process:
         self.q_cpu = 0.0
         self.q_t0 = 0.0
         self.q_ran = False
+        # Point-to-point patterns: this rank's plan of one round, rounds so far (the tag is their parity,
+        # as in the worker), the round within the iteration, messages arrived and not consumed by tag, and
+        # the receivers rank 0 of rank0 answers once it has heard from all.
+        p2p = self.app.barrier and self.app.pattern != "barrier"
+        self.plan = pattern_plan(self.app.pattern, rank, self.size) if p2p else None
+        self.rounds = 0
+        self.rnd = 0
+        self.tag = 0
+        self.tagbox = [0, 0]
+        self.post: tuple[_Process, ...] = ()
 
     def wants_cpu(self) -> bool:
-        return self.allowed and (self.phase == _COMPUTE or (self.phase == _WAIT and self.spinning))
+        return self.allowed and (self.phase == _COMPUTE or (self.phase in _WAITING and self.spinning))
 
 
 class _Node:
@@ -171,6 +186,7 @@ class Simulation:
         latency_s: float = 50e-6,
         switch_skew_s: float = 0.0,
         node_memory_mb: float | None = None,
+        bandwidth_Bps: float | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError(f"nodes: a cluster needs at least 1 node, got {nodes}")
@@ -180,6 +196,9 @@ class Simulation:
             raise ValueError("latency_s and switch_skew_s must be >= 0")
         self.cpu_rate = float(cpu_rate)
         self.latency = float(latency_s)
+        if bandwidth_Bps is not None and not bandwidth_Bps > 0:
+            raise ValueError(f"bandwidth_Bps: must be > 0 or None, got {bandwidth_Bps}")
+        self.bandwidth = bandwidth_Bps
         self.skew = float(switch_skew_s)
         self.duration = duration
         self.events: list[dict] = []
@@ -549,19 +568,21 @@ class Simulation:
         p.io_busy = False
         self._pending_nodes[p.node.idx] = p.node
 
-    def _on_msg(self, receivers: Sequence[_Process], src_rank: int) -> None:
+    def _on_msg(self, receivers: Sequence[_Process], src_rank: int, tag: int | None = None) -> None:
         for p in receivers:
             if p.phase == _DONE:
                 continue
             node = p.node
             self._touch(node)
             p.inbox += 1
+            if tag is not None:
+                p.tagbox[tag] += 1
             if node.msg_events:
                 node.queue.append(MessageArrived(p.proc, src_rank, p.inbox))
             self._pending_nodes[node.idx] = node
 
     def _on_spin_end(self, p: _Process, ver: int) -> None:
-        if ver != p.spin_ver or p.phase != _WAIT or not p.spinning:
+        if ver != p.spin_ver or p.phase not in _WAITING or not p.spinning:
             return
         node = p.node
         self._touch(node)
@@ -573,6 +594,26 @@ class Simulation:
     def _send(self, p: _Process, receivers: Sequence[_Process]) -> None:
         """Messages sent together arrive together: one heap entry for all of them."""
         self._push(self.now + self.latency, _MSG, receivers, p.rank)
+
+    def _send_p2p(self, p: _Process, receivers: Sequence[_Process], tag: int) -> None:
+        delay = self.latency
+        if self.bandwidth:
+            delay += p.app.msg_bytes / self.bandwidth
+        self._push(self.now + delay, _MSG, receivers, p.rank, tag)
+
+    def _begin_round(self, p: _Process) -> None:
+        sends_first, dests, srcs = p.plan
+        p.tag = p.rounds & 1
+        p.rounds += 1
+        targets = tuple(p.run.procs[d] for d in dests)
+        if sends_first:
+            self._send_p2p(p, targets, p.tag)
+            p.post = ()
+        else:
+            p.post = targets
+        p.need = len(srcs)
+        p.phase = _XWAIT
+        p.waiting = False
 
     def _advance(self, p: _Process) -> None:
         """Runs ``p`` (allowed to run) through its zero-time steps until it needs CPU or waits."""
@@ -597,6 +638,13 @@ class Simulation:
                     return
                 p.phase = _BARRIER
             elif phase == _BARRIER:
+                if p.plan is not None:
+                    if p.size == 1 or app.msgs == 0:
+                        self._end_iteration(p)
+                        continue
+                    p.rnd = 0
+                    self._begin_round(p)
+                    continue
                 if not app.barrier or p.size == 1:
                     self._end_iteration(p)
                     continue
@@ -630,6 +678,31 @@ class Simulation:
                 p.spinning = False
                 p.spin_ver += 1
                 self._end_iteration(p)
+            elif phase == _XWAIT:
+                consumed = False
+                box = p.tagbox
+                tag = p.tag
+                while box[tag] > 0 and p.need > 0:
+                    box[tag] -= 1
+                    p.inbox -= 1
+                    p.need -= 1
+                    consumed = True
+                    if q is not None:
+                        q.append(MessageConsumed(p.proc, p.inbox))
+                if p.need > 0:
+                    if not p.waiting or consumed:
+                        self._start_waiting(p, q)
+                    return
+                p.spinning = False
+                p.spin_ver += 1
+                if p.post:
+                    self._send_p2p(p, p.post, tag)
+                    p.post = ()
+                p.rnd += 1
+                if p.rnd < app.msgs:
+                    self._begin_round(p)
+                else:
+                    self._end_iteration(p)
             else:
                 return
 
@@ -652,7 +725,7 @@ class Simulation:
     def _end_iteration(self, p: _Process) -> None:
         p.it += 1
         app = p.app
-        if app.barrier:
+        if app.barrier and p.plan is None:
             p.barriers += 1
             if p.barriers % 10 == 0 or p.barriers == app.iterations:
                 self._emit(
@@ -665,6 +738,17 @@ class Simulation:
                     unit="barriers",
                     value=p.barriers,
                 )
+        elif p.plan is not None and (p.it % 10 == 0 or p.it == app.iterations):
+            self._emit(
+                p.node.writer,
+                ev.PROGRESS,
+                self.now,
+                node=p.node.idx,
+                job=p.proc.job_id,
+                rank=p.rank,
+                unit="iterations",
+                value=p.it,
+            )
         if p.it >= app.iterations:
             self._exit(p)
         else:
@@ -707,6 +791,7 @@ def simulate(
     latency_s: float = 50e-6,
     switch_skew_s: float = 0.0,
     node_memory_mb: float | None = None,
+    bandwidth_Bps: float | None = None,
 ) -> list[dict]:
     """Simulates ``jobs`` under ``scheduler`` on ``nodes`` uniprocessor nodes; returns the event log in
     the emulator's format (:class:`testbed.events.EventWriter`), ordered by emulated time.
@@ -714,7 +799,8 @@ def simulate(
     ``switch_skew_s`` delays node n's slot switches by ``switch_skew_s * n / (nodes - 1)``, so the
     switch skew across the cluster is ``switch_skew_s``. With ``duration``, the run stops then and jobs
     not finished are killed (``job_killed``). ``node_memory_mb`` is each node's memory, told to the global
-    policy for memory-aware allocation (None: unknown, no memory checks).
+    policy for memory-aware allocation (None: unknown, no memory checks). ``bandwidth_Bps`` (emulated
+    bytes per second; None: infinite) adds ``msg_bytes / bandwidth_Bps`` to each point-to-point message.
     """
     sim = Simulation(
         jobs,
@@ -727,5 +813,6 @@ def simulate(
         latency_s=latency_s,
         switch_skew_s=switch_skew_s,
         node_memory_mb=node_memory_mb,
+        bandwidth_Bps=bandwidth_Bps,
     )
     return sim.run()
