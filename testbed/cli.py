@@ -109,8 +109,24 @@ def run(
                 notice=lambda text: progress.console.print(text, highlight=False),
             )
     except KeyboardInterrupt:
+        if scn.sweep and (dest / "comparison.csv").exists():
+            from testbed import sweep
+
+            rows = sweep.read_csv(dest / "comparison.csv")
+            out.print(sweep.table(rows, title=f"{scn.name}: sweep (interrupted)"))
+            err.print(
+                f"[yellow]interrupted[/yellow]: the comparison of what finished: {dest / 'comparison.csv'}"
+            )
         err.print(f"[yellow]interrupted[/yellow]: cleaned up; partial results in {dest}")
         raise typer.Exit(130) from None
+    if scn.sweep:
+        from testbed import sweep
+
+        title = f"{scn.name}: sweep of {len(summaries)} variants, {backend}"
+        out.print(sweep.table(summaries, title=title))
+        out.print(f"comparison: {dest / 'comparison.csv'}; plots: {dest / 'plots'}")
+        out.print(f"results: {dest}")
+        return
     out.print(results.table(summaries, title=f"{scn.name}: {scn.scheduler.name}, {scn.cluster.nodes} nodes"))
     for s in summaries:
         if s.get("envelope_note"):
@@ -138,6 +154,14 @@ def validate(
 
     scn = _load(scenario, set_)
     out.print(yaml.safe_dump(scn.model_dump(mode="json"), sort_keys=False), highlight=False)
+    if scn.sweep:
+        from testbed import sweep
+
+        vs = sweep.variants(scn)
+        out.print(f"sweep: {len(vs)} variants: {', '.join(v.name for v in vs)}", highlight=False)
+        for v in vs:
+            for note in v.notes:
+                out.print(f"note: {note}", highlight=False)
 
 
 dashboards_app = typer.Typer(no_args_is_help=True, help="Grafana dashboards (generated from Python).")

@@ -109,6 +109,12 @@ def run_once(
 def run(
     scn: Scenario, backend: str, out: Path, on_status=None, on_phase=None, prometheus=False, notice=None
 ) -> list[dict]:
+    """Runs the scenario's repetitions into ``out`` (``out/rep-k`` when more than one) and returns their
+    summaries. With a ``sweep``, runs every variant into ``out/<variant>`` instead and returns the
+    comparison rows (:func:`testbed.sweep.comparison_rows`), also written to ``out/comparison.csv`` and
+    plotted in ``out/plots/``."""
+    if scn.sweep:
+        return _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice)
     summaries = []
     for rep in range(scn.repetitions):
         run_dir = out if scn.repetitions == 1 else out / f"rep-{rep + 1}"
@@ -116,3 +122,52 @@ def run(
     if scn.repetitions > 1:
         (out / "summaries.json").write_text(json.dumps(summaries, indent=2) + "\n")
     return summaries
+
+
+def _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice) -> list[dict]:
+    """Each variant (and repetition) in turn. A variant that raises is recorded with its error and the
+    sweep goes on; Ctrl-C stops the sweep (each run cleans up after itself) and the comparison of what
+    finished is still written before the interrupt goes on up."""
+    import traceback
+
+    from testbed import sweep
+
+    if backend not in BACKENDS:
+        raise ValueError(f"--backend: unknown backend '{backend}'; known: {', '.join(BACKENDS)}")
+    say = notice or (lambda text: None)
+    variants = sweep.variants(scn)  # all checked before anything runs
+    for v in variants:
+        for note in v.notes:
+            say(f"note: {note}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scenario.yaml").write_text(yaml.safe_dump(scn.model_dump(mode="json"), sort_keys=False))
+    done = [sweep.VariantResult(v) for v in variants]
+    try:
+        for i, res in enumerate(done):
+            v = res.variant
+            tag = f"{v.name} ({i + 1}/{len(variants)})"
+            if on_phase:
+                on_phase(f"variant {tag}")
+            phase = (lambda text, tag=tag: on_phase(f"{tag}: {text}")) if on_phase else None
+            vdir = out / v.name
+            reps = v.scenario.repetitions
+            res.status = sweep.INTERRUPTED
+            try:
+                for rep in range(reps):
+                    run_dir = vdir if reps == 1 else vdir / f"rep-{rep + 1}"
+                    res.summaries.append(
+                        run_once(v.scenario, backend, run_dir, on_status, phase, prometheus, say)
+                    )
+                res.status = sweep.OK
+            except Exception as exc:  # noqa: BLE001 - recorded with the variant; the sweep goes on
+                res.status = sweep.FAILED
+                where = f" (repetition {len(res.summaries) + 1})" if reps > 1 else ""
+                res.error = f"{type(exc).__name__}: {exc}{where}"
+                vdir.mkdir(parents=True, exist_ok=True)
+                (vdir / "error.txt").write_text(traceback.format_exc())
+                say(f"variant {v.name} failed: {res.error}; the sweep goes on")
+            if reps > 1 and res.summaries:
+                (vdir / "summaries.json").write_text(json.dumps(res.summaries, indent=2) + "\n")
+    finally:
+        rows = sweep.write(out, done, title=scn.name)
+    return rows

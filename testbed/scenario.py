@@ -231,6 +231,28 @@ class WorkloadConfig(_Model):
         return self
 
 
+class SweepVariant(_Model):
+    """One variant of a sweep: the base scenario with ``set`` (dotted key -> value) applied exactly like
+    ``--set`` overrides. The expansion, checks and comparison live in :mod:`testbed.sweep`."""
+
+    name: str = Field(..., description="the variant's results folder and its row in comparison.csv")
+    set: dict[str, Any] = Field(..., description="dotted key -> value, e.g. scheduler.name")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v):
+        from testbed.sweep import check_name
+
+        return check_name(v)
+
+    @field_validator("set")
+    @classmethod
+    def _keys(cls, v):
+        from testbed.sweep import check_keys
+
+        return check_keys(v)
+
+
 class Scenario(_Model):
     name: str = "scenario"
     description: str = ""
@@ -244,6 +266,25 @@ class Scenario(_Model):
     wall_limit_s: float = Field(1800.0, gt=0, description="real-time guard for the whole run")
     repetitions: int = Field(1, ge=1, le=1000)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
+    sweep: list[SweepVariant] | None = Field(
+        None,
+        description="variants run on the same workload and compared (testbed.sweep): a list of "
+        "{name, set: {dotted.key: value}} or a grid {dotted.key: [values]} (cartesian product)",
+    )
+
+    @field_validator("sweep", mode="before")
+    @classmethod
+    def _sweep_grid(cls, v):
+        from testbed.sweep import normalize
+
+        return normalize(v)
+
+    @field_validator("sweep")
+    @classmethod
+    def _sweep_names(cls, v):
+        from testbed.sweep import check_variants
+
+        return check_variants(v)
 
     @model_validator(mode="after")
     def _sizes(self):
@@ -357,9 +398,14 @@ def load(path: str | Path | None = None, overrides: list[str] = (), doc: dict | 
     for text in overrides:
         apply_override(doc, *parse_override(text))
     try:
-        return Scenario.model_validate(doc)
+        scn = Scenario.model_validate(doc)
     except ValidationError as exc:
         raise ScenarioError(_format_errors(exc)) from None
+    if scn.sweep:
+        from testbed.sweep import variants
+
+        variants(scn)  # every variant is checked up front; ScenarioError names the variant and field
+    return scn
 
 
 def effective_tdf(scn: Scenario, cores: int | None = None) -> float:
