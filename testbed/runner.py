@@ -60,6 +60,9 @@ def run_once(
             duration=scn.duration_s,
             latency_s=scn.cluster.network.latency_us * 1e-6,
             node_memory_mb=scn.cluster.memory_mb,
+            bandwidth_Bps=(
+                scn.cluster.network.bandwidth_mbps * 1e6 / 8 if scn.cluster.network.bandwidth_mbps else None
+            ),
         )
         ev.write_all(events, run_dir / "events.jsonl")
         return results.write(run_dir, events, _facts(scn, "sim", 1.0, "modelled"), {"ended": "simulated"})
