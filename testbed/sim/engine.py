@@ -779,22 +779,12 @@ class Simulation:
             self._finished.append(r)
 
 
-def simulate(
-    jobs: Sequence[Job],
-    scheduler: type[Scheduler],
-    params: Mapping[str, Any],
-    *,
-    nodes: int,
-    cpu_rate: float = 1.0,
-    seed: int = 0,
-    duration: float | None = None,
-    latency_s: float = 50e-6,
-    switch_skew_s: float = 0.0,
-    node_memory_mb: float | None = None,
-    bandwidth_Bps: float | None = None,
-) -> list[dict]:
+def simulate(*args: Any, **kwargs: Any) -> list[dict]:
     """Simulates ``jobs`` under ``scheduler`` on ``nodes`` uniprocessor nodes; returns the event log in
     the emulator's format (:class:`testbed.events.EventWriter`), ordered by emulated time.
+
+    Takes :class:`Simulation`'s arguments: jobs, scheduler, params, *, nodes, cpu_rate=1.0, seed=0,
+    duration=None, latency_s=50e-6, switch_skew_s=0.0, node_memory_mb=None, bandwidth_Bps=None.
 
     ``switch_skew_s`` delays node n's slot switches by ``switch_skew_s * n / (nodes - 1)``, so the
     switch skew across the cluster is ``switch_skew_s``. With ``duration``, the run stops then and jobs
@@ -802,17 +792,4 @@ def simulate(
     policy for memory-aware allocation (None: unknown, no memory checks). ``bandwidth_Bps`` (emulated
     bytes per second; None: infinite) adds ``msg_bytes / bandwidth_Bps`` to each point-to-point message.
     """
-    sim = Simulation(
-        jobs,
-        scheduler,
-        params,
-        nodes=nodes,
-        cpu_rate=cpu_rate,
-        seed=seed,
-        duration=duration,
-        latency_s=latency_s,
-        switch_skew_s=switch_skew_s,
-        node_memory_mb=node_memory_mb,
-        bandwidth_Bps=bandwidth_Bps,
-    )
-    return sim.run()
+    return Simulation(*args, **kwargs).run()
