@@ -658,18 +658,7 @@ class Simulation:
                 p.phase = _WAIT
                 p.waiting = False
             elif phase == _WAIT:
-                consumed = False
-                while p.inbox > 0 and p.need > 0:
-                    p.inbox -= 1
-                    p.need -= 1
-                    consumed = True
-                    if q is not None:
-                        q.append(MessageConsumed(p.proc, p.inbox))
-                if p.need > 0:
-                    # Each message is one receive, as on the NIC: a receive that completed is followed by a
-                    # new one, which waits (and spins) afresh.
-                    if not p.waiting or consumed:
-                        self._start_waiting(p, q)
+                if not self._receive(p, q, tagged=False):
                     return
                 if p.rank == 0:
                     self._send(p, p.run.procs[1:])
@@ -679,19 +668,8 @@ class Simulation:
                 p.spin_ver += 1
                 self._end_iteration(p)
             elif phase == _XWAIT:
-                consumed = False
-                box = p.tagbox
                 tag = p.tag
-                while box[tag] > 0 and p.need > 0:
-                    box[tag] -= 1
-                    p.inbox -= 1
-                    p.need -= 1
-                    consumed = True
-                    if q is not None:
-                        q.append(MessageConsumed(p.proc, p.inbox))
-                if p.need > 0:
-                    if not p.waiting or consumed:
-                        self._start_waiting(p, q)
+                if not self._receive(p, q, tagged=True):
                     return
                 p.spinning = False
                 p.spin_ver += 1
@@ -705,6 +683,25 @@ class Simulation:
                     self._end_iteration(p)
             else:
                 return
+
+    def _receive(self, p, q, tagged: bool) -> bool:
+        """Consumes arrived messages (of ``p.tag`` when ``tagged``) toward ``p.need``; True once all have
+        arrived. Each message is one receive, as on the NIC: a receive that completed is followed by a new
+        one, which waits (and spins) afresh."""
+        consumed = False
+        while p.need > 0 and (p.tagbox[p.tag] if tagged else p.inbox) > 0:
+            if tagged:
+                p.tagbox[p.tag] -= 1
+            p.inbox -= 1
+            p.need -= 1
+            consumed = True
+            if q is not None:
+                q.append(MessageConsumed(p.proc, p.inbox))
+        if p.need > 0:
+            if not p.waiting or consumed:
+                self._start_waiting(p, q)
+            return False
+        return True
 
     def _start_waiting(self, p: _Process, q: deque[LocalEvent] | None) -> None:
         p.waiting = True
