@@ -12,6 +12,15 @@ one instead: the NIC pushes each message as it arrives, this side keeps the ones
 yet and matches source and tag itself, and acknowledges what it consumed in the reserved header field
 of its next frame to its own NIC (testbed/nic.py explains both modes). The wait modes are the same.
 
+A send returns once its frame is handed over, unless the job's ``send_wait`` (CC's sender, paper 003
+table 1) asks it to wait for the delivery acknowledgement: the DATA frame then says so (mode byte 1),
+the NIC that gets the message acknowledges it once the message is in its buffer (after the emulated
+link), through the sender's own NIC, which hands the DELIVERED frame to the sender (and so can wake and
+boost a blocked sender, as it does a blocked receiver). The sender waits for it on its own-NIC socket
+as a receive waits for a message: ``spin``, ``block``, or ``spin-block`` (spin ``spin_us`` emulated
+microseconds, then tell the own NIC (SEND_BLOCKED) and block). Default ``none``: no acknowledgement,
+no wait, nothing extra on the wire.
+
 Collectives (barrier, bcast, allreduce) are point-to-point underneath, linear through the root (paper 002,
 fig. 6: all send to rank 0, rank 0 replies after hearing from all); each tells the own NIC when it enters
 and leaves so a policy such as HYBRID can boost the process.
@@ -30,7 +39,9 @@ import time
 # Wire format: kept in sync by hand with testbed/nic.py (which documents each frame).
 HEADER = struct.Struct("!IBBHiii")
 HELLO, PEER, GO, DATA, RECV, BLOCKED, COLL_ENTER, COLL_LEAVE, PROGRESS, ERROR, BYE, ACK = range(1, 13)
+DELIVERED, SEND_BLOCKED = 13, 14  # 15, 16: NIC to NIC only
 MODES = ("block", "spin", "spin-block")
+SEND_WAITS = ("none", "spin", "block", "spin-block")
 _PROGRESS_VALUE = struct.Struct("!d")
 _F64 = struct.Struct("!d")
 
@@ -84,6 +95,7 @@ class Comm:
         tdf: float = 1.0,
         mode: str = "block",
         spin_us: float = 300.0,
+        send_wait: str = "none",
         recv_timeout_s: float | None = None,
         connect_timeout_s: float = 10.0,
     ) -> None:
@@ -91,6 +103,8 @@ class Comm:
             raise CommError(f"rank {rank} out of range for {len(nics)} NIC addresses")
         if mode not in MODES:
             raise CommError(f"unknown wait mode {mode!r}; use one of {', '.join(MODES)}")
+        if send_wait not in SEND_WAITS:
+            raise CommError(f"unknown send wait {send_wait!r}; use one of {', '.join(SEND_WAITS)}")
         self.job = job
         self.rank = rank
         self.size = len(nics)
@@ -99,6 +113,9 @@ class Comm:
         self.tdf = tdf
         self.mode = mode
         self.spin_us = spin_us
+        #: how a send waits for the receiving NIC's acknowledgement ("none": it does not ask for one)
+        self.send_wait = send_wait
+        self._sent_acked = 0  # sends that asked for an acknowledgement (numbers SEND_BLOCKED frames)
         #: real seconds a recv may wait before giving up; None waits for ever. Off by default because a
         #: descheduled (stopped) peer is normal; dead peers are reported by the NIC instead.
         self.recv_timeout_s = recv_timeout_s
@@ -142,6 +159,7 @@ class Comm:
                 tdf=float(env.get("TB_TDF", "1")),
                 mode=env.get("TB_WAIT_MODE", "block"),
                 spin_us=float(env.get("TB_SPIN_US", "300")),
+                send_wait=env.get("TB_SEND_WAIT") or "none",
                 recv_timeout_s=float(timeout) if timeout else None,
             )
         except KeyError as exc:
@@ -170,7 +188,8 @@ class Comm:
         n = len(data)
         sock = self._by_rank[dst]
         acks = self._take_acks() if self._acks and sock is self._local else 0
-        hdr = HEADER.pack(n, DATA, 0, acks, self.rank, dst, tag)
+        wait = self.send_wait != "none"
+        hdr = HEADER.pack(n, DATA, 1 if wait else 0, acks, self.rank, dst, tag)
         try:
             if n <= 65536:
                 sock.sendall(hdr + bytes(data))
@@ -179,6 +198,44 @@ class Comm:
                 sock.sendall(data)
         except OSError as exc:
             raise CommError(f"send to rank {dst} via NIC {self.nics[dst]} failed: {exc}") from exc
+        if wait:
+            self._wait_delivered(dst)
+
+    def _wait_delivered(self, dst: int) -> None:
+        """Waits in ``send_wait`` mode for the DELIVERED frame of the send just made; it comes from the own
+        NIC. With a standing receive, messages pushed meanwhile go to the inbox."""
+        self._sent_acked += 1
+        sock = self._local
+        deadline = None if self.recv_timeout_s is None else time.monotonic() + self.recv_timeout_s
+        mode = self.send_wait
+        spin = mode != "block"
+        spin_until = None if mode == "spin" else time.monotonic() + self.spin_us * 1e-6 * self.tdf
+        if not spin:
+            self._send_blocked()
+        while True:
+            if spin and self._spin(sock, spin_until, deadline):
+                spin = False  # spun long enough: block from now on
+                self._send_blocked()
+            ftype, a, _, c, body, _ = self._read_frame(sock, deadline)
+            if ftype == DELIVERED:
+                return
+            if ftype == DATA and self._standing:
+                self._inbox.append((a, c, body))
+            elif ftype == ERROR:
+                reason = body.decode(errors="replace")
+                if self._standing:
+                    self._error = reason
+                raise CommError(reason)
+            else:
+                raise CommError(f"waiting for the delivery to rank {dst}: unexpected frame type {ftype}")
+
+    def _send_blocked(self) -> None:
+        if self._standing:
+            return  # nobody listens (no message events), as for a blocked standing receive
+        try:
+            self._local.sendall(HEADER.pack(0, SEND_BLOCKED, 0, 0, self._sent_acked, 0, 0))
+        except OSError as exc:
+            raise CommError(f"own NIC {self.node_nic} is gone: {exc}") from exc
 
     def recv(self, src: int = ANY, tag: int = ANY, mode: str | None = None) -> bytes:
         return self.recv_msg(src, tag, mode)[2]

@@ -199,6 +199,22 @@ class MessageConsumed:
 
 
 @dataclass(frozen=True)
+class SenderBlocked:
+    """A send that waits for the receiving NIC's acknowledgement (a job with a ``send_wait``) stopped
+    spinning and now blocks until the acknowledgement comes."""
+
+    proc: Proc
+
+
+@dataclass(frozen=True)
+class SenderWoken:
+    """The acknowledgement a blocked sender (:class:`SenderBlocked`) waits for reached its node: the NIC
+    hands it over and wakes the sender."""
+
+    proc: Proc
+
+
+@dataclass(frozen=True)
 class CollectiveEnter:
     proc: Proc
     op: str
@@ -232,6 +248,8 @@ LocalEvent = (
     | ReceiverWaiting
     | ReceiverBlocked
     | MessageConsumed
+    | SenderBlocked
+    | SenderWoken
     | CollectiveEnter
     | CollectiveLeave
     | UtilizationSample
@@ -305,6 +323,10 @@ class Scheduler:
     wait_mode: ClassVar[str | None] = None
     spin_time_us: ClassVar[float | None] = None
     allows_wait_mode_override: ClassVar[bool] = True
+    #: How every job's sends wait under this scheduler: "none" (a send returns once its frame is handed
+    #: over, as always), or until the receiving node's NIC acknowledges the message: "spin", "block" or
+    #: "spin-block" (spinning the job's spin time first). Always forced on the jobs (no scenario setting).
+    send_wait: ClassVar[str] = "none"
     #: Allocation parameters the scheduler accepts on top of ``defaults`` (name -> default), filled in
     #: the same way: ``memory_aware`` (paper 003 §5.3) for the schedulers that place jobs on nodes.
     allocation_defaults: ClassVar[Mapping[str, Any]] = {}

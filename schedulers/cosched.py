@@ -13,7 +13,8 @@ Nice values are sent as changes only: a process the policy has not touched is at
 starts it.
 
 Several schemes boost a process because of one event (DCS on an arrival, SB/CC on waking a blocked
-receiver). Such a *wake boost* lasts until the process waits for its next message (it then has nothing
+receiver; CC also on waking a sender blocked for the NIC's acknowledgement of its message). Such a
+*wake boost* lasts until the process waits for its next message (it then has nothing
 to do with the CPU: a boosted spinner would only burn it), or ``boost_ms`` after it was given (one OS
 time slice: the boost gets the process scheduled now, it does not own the CPU), or the process exits,
 whichever comes first. Periodic schemes (PB, CC) hold their pick until their next pick.
@@ -46,6 +47,8 @@ from .base import (
     ReceiverWaiting,
     RunAll,
     Scheduler,
+    SenderBlocked,
+    SenderWoken,
     Timer,
     job_wait,  # noqa: F401 - re-exported: the rule applies to every scheduler, it lives in base
 )
@@ -104,7 +107,8 @@ class CoschedLocal(LocalPolicy):
     collective; deadlines served by one Timer; nice values sent as changes.
 
     A wait starts at ReceiverWaiting (one receive that found no message) and ends at the MessageConsumed
-    that completes it; ReceiverBlocked marks the waiting process blocked until then.
+    that completes it; ReceiverBlocked marks the waiting process blocked until then. A sender blocked for
+    the NIC's acknowledgement (CC) is blocked from SenderBlocked to SenderWoken.
     """
 
     wants_message_events = True
@@ -118,6 +122,7 @@ class CoschedLocal(LocalPolicy):
         self.procs: dict[Proc, None] = {}  # ordered: round-robin order
         self.waiting: set[Proc] = set()
         self.blocked: set[Proc] = set()
+        self.send_blocked: set[Proc] = set()
         self.unconsumed: dict[Proc, int] = {}
         self.in_collective: set[Proc] = set()
         self.applied: dict[Proc, int] = {}  # nice the OS has for each process
@@ -164,6 +169,7 @@ class CoschedLocal(LocalPolicy):
             self.procs.pop(p, None)
             self.waiting.discard(p)
             self.blocked.discard(p)
+            self.send_blocked.discard(p)
             self.unconsumed.pop(p, None)
             self.in_collective.discard(p)
             self.applied.pop(p, None)
@@ -182,6 +188,10 @@ class CoschedLocal(LocalPolicy):
             self.unconsumed[event.proc] = event.unconsumed
             self.waiting.discard(event.proc)
             self.blocked.discard(event.proc)
+        elif isinstance(event, SenderBlocked):
+            self.send_blocked.add(event.proc)
+        elif isinstance(event, SenderWoken):
+            self.send_blocked.discard(event.proc)
         elif isinstance(event, CollectiveEnter):
             self.in_collective.add(event.proc)
         elif isinstance(event, CollectiveLeave):
@@ -205,8 +215,10 @@ class CoschedLocal(LocalPolicy):
 
     def useful(self, proc: Proc) -> bool:
         """PB's test: the process can use the CPU, i.e. it is computing (not waiting for a message) or a
-        message it has not consumed is there. A process in a file write counts as computing: the NIC
-        cannot tell them apart."""
+        message it has not consumed is there, and it is not blocked for the acknowledgement of a send. A
+        process in a file write counts as computing: the NIC cannot tell them apart."""
+        if proc in self.send_blocked:
+            return False
         return proc not in self.waiting or self.unconsumed.get(proc, 0) > 0
 
     def round_robin(self, after: Proc | None, pos: int) -> list[Proc]:
@@ -245,7 +257,7 @@ class WakeBoost(CoschedLocal):
         self.deadlines.pop(("boost", proc), None)
 
     def react(self, now: float, event: LocalEvent) -> None:
-        if isinstance(event, ReceiverWaiting):
+        if isinstance(event, (ReceiverWaiting, SenderBlocked)):
             self.unboost(event.proc)
 
     def expire(self, now: float, key: Hashable, at: float) -> None:
@@ -419,12 +431,19 @@ class PbSbLocal(PbLocal):
 
 
 class CcLocal(PeriodicPick):
-    """CC: SB's wake boost of a blocked receiver on arrival; every ``interval_ms``, favour the process
-    with the most unconsumed incoming messages (ties: the first in round-robin order after the current
-    favourite); none has any: no favourite."""
+    """CC: SB's wake boost of a blocked receiver on arrival, and the same for a sender blocked for the
+    NIC's acknowledgement of its message when the acknowledgement comes (SenderWoken; its sends wait so:
+    :class:`Cc`'s ``send_wait``); every ``interval_ms``, favour the process with the most unconsumed
+    incoming messages (ties: the first in round-robin order after the current favourite); none has any:
+    no favourite."""
 
     scheme = "cc"
     wake_blocked = True
+
+    def react(self, now: float, event: LocalEvent) -> None:
+        super().react(now, event)
+        if isinstance(event, SenderWoken) and event.proc in self.procs:
+            self.boost(now, event.proc)
 
     def pick(self) -> Proc | None:
         best, most = None, 0
@@ -523,12 +542,16 @@ class PbSb(_Cosched):
 
 class Cc(_Cosched):
     name = "cc"
-    summary = "coordinated: spin-block receivers boosted on wake; every interval_ms favour most unconsumed"
+    summary = (
+        "coordinated: spin-block receivers and senders (NIC ack) boosted on wake; "
+        "every interval_ms favour most unconsumed"
+    )
     local_policy = CcLocal
     defaults = {**_NLS, **_WAKE, "interval_ms": 1.0, "spin_time_us": _SPIN_TIME_US}
     wait_mode = "spin-block"
     spin_time_us = _SPIN_TIME_US
     allows_wait_mode_override = False
+    send_wait = "spin-block"  # paper 003, table 1: the sender spins for the NIC's ack, then blocks
 
 
 class Hybrid(_Cosched):

@@ -351,6 +351,7 @@ class NodeAgent:
                 "TB_NICS": ",".join(nics),
                 "TB_WAIT_MODE": app["wait_mode"],
                 "TB_SPIN_US": repr(float(app["spin_time_us"])),
+                "TB_SEND_WAIT": app.get("send_wait", "none"),
             }
         )
         return argv, env, self.run_dir / "logs" / f"{job_id}.{rank}"

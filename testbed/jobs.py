@@ -12,6 +12,8 @@ from testbed.schedulers.base import JobSpec
 WORK_UNIT_S = 0.001
 
 WAIT_MODES = ("spin", "block", "spin-block")
+#: How a send waits for the receiving NIC's acknowledgement: "none" does not wait (no acknowledgement).
+SEND_WAITS = ("none", *WAIT_MODES)
 
 __all__ = ["PATTERNS", "WAIT_MODES", "WORK_UNIT_S", "Job", "SyntheticApp", "check_pattern", "pattern_plan"]
 
@@ -39,7 +41,9 @@ class SyntheticApp:
     Paper 000's best-effort process generalises the barrier: ``pattern`` other than ``"barrier"`` makes
     the step ``msgs`` rounds of a point-to-point exchange (:func:`pattern_plan`) with ``msg_bytes``-byte
     payloads. ``barrier=False`` drops the communication step altogether. ``memory_mb`` is what each
-    process allocates and keeps resident (the job's ``JobSpec.memory_mb``; 0 = nothing extra)."""
+    process allocates and keeps resident (the job's ``JobSpec.memory_mb``; 0 = nothing extra).
+    ``send_wait`` is how each send waits for the receiving NIC's acknowledgement (:data:`SEND_WAITS`;
+    the scheduler's ``send_wait``, "none" but under CC), spinning ``spin_time_us`` in "spin-block"."""
 
     iterations: int
     gcomp: float = 0.0
@@ -53,9 +57,12 @@ class SyntheticApp:
     msg_bytes: int = 0
     msgs: int = 1
     memory_mb: float = 0.0
+    send_wait: str = "none"
 
     def __post_init__(self) -> None:
         check_pattern(self.pattern, self.msg_bytes, self.msgs, self.barrier)
+        if self.send_wait not in SEND_WAITS:
+            raise ValueError(f"send_wait: unknown {self.send_wait!r}; use one of {', '.join(SEND_WAITS)}")
         if self.memory_mb < 0:
             raise ValueError(f"memory_mb must be >= 0, got {self.memory_mb}")
 

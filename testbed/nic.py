@@ -20,6 +20,16 @@ Two delivery modes, fixed per NIC and told to each worker in its GO frame:
   between two frames :meth:`Nic.unconsumed` may still count messages the worker has already taken; it
   is exact again at the worker's next frame to its own NIC, and at its BYE.
 
+Delivery acknowledgements (CC's sender, paper 003 table 1): a DATA frame with mode byte 1 asks for one.
+The NIC that gets it acknowledges the message once it is in its buffer (after the emulated link into
+its node), to the sender's own NIC (NIC_ACK over a NIC-to-NIC connection, opened on first use; on the
+same node, at once). The sender's NIC receives the acknowledgement like a message, through its own
+emulated link from the acknowledging node (a header only: latency, no transmission time), and hands a
+DELIVERED frame to the sender, which waits for it (apps/tbcomm.py). So a send that waits for its
+acknowledgement takes a round trip, and the sender's node sees the acknowledgement come: a sender that
+said it blocks (SEND_BLOCKED) is reported woken (SenderWoken) for a policy to boost. Without mode 1,
+nothing of this happens.
+
 The NIC lives in the node agent's asyncio loop thread (:mod:`testbed.loop`); every method except
 :meth:`Nic.go` must be called from that thread (``go`` also accepts other threads).
 
@@ -48,6 +58,8 @@ from testbed.schedulers.base import (
     Proc,
     ReceiverBlocked,
     ReceiverWaiting,
+    SenderBlocked,
+    SenderWoken,
 )
 
 log = logging.getLogger(__name__)
@@ -62,7 +74,8 @@ HEADER = struct.Struct("!IBBHiii")
 HELLO = 1  # worker -> own NIC: a=rank, b=pid, body=job id; the worker then waits for GO
 PEER = 2  # worker -> any NIC it sends to: a=rank, body=job id + "\n" + the worker's own node NIC address
 GO = 3  # NIC -> worker: start; mode=1: standing receive (the NIC pushes messages, the worker sends no RECV)
-DATA = 4  # worker -> NIC: a=src rank, b=dst rank, c=tag, body=payload; forwarded unchanged to the receiver
+DATA = 4  # worker -> NIC: a=src rank, b=dst rank, c=tag, body=payload; forwarded unchanged to the receiver;
+# mode=1: the sender waits for the acknowledgement of the message's arrival here (DELIVERED)
 RECV = 5  # worker -> own NIC: mode=wait mode, a=src or ANY, c=tag or ANY; answered by one DATA or ERROR
 BLOCKED = 6  # worker -> own NIC: the pending RECV stopped spinning and now blocks
 COLL_ENTER = 7  # worker -> own NIC: body=op name
@@ -71,11 +84,17 @@ PROGRESS = 9  # worker -> own NIC: body=float64 value + unit name
 ERROR = 10  # NIC -> worker: body=reason; the pending RECV can never be satisfied
 BYE = 11  # worker -> NIC: clean close follows (an EOF without BYE means the worker died)
 ACK = 12  # worker -> own NIC: nothing but the acknowledgement count in the reserved field
+DELIVERED = 13  # NIC -> worker: its latest DATA with mode=1 is in the receiving NIC's buffer
+SEND_BLOCKED = 14  # worker -> own NIC: its wait for DELIVERED stopped spinning and blocks; a=its number
+# (the worker's count of DATA frames with mode=1), so one that crossed its DELIVERED on the wire is ignored
+NIC_HELLO = 15  # NIC -> NIC: first frame on a NIC-to-NIC connection; body=the connecting NIC's address
+NIC_ACK = 16  # NIC -> NIC: a=sender rank, body=job id: a DATA with mode=1 from that worker arrived
 
 ANY = -1
 MODES = ("block", "spin", "spin-block")  # index = mode byte in RECV
 _PROGRESS_VALUE = struct.Struct("!d")
 _RBUF = 65536  # receive buffer per connection; grows for a bigger frame, then shrinks back
+_DELIVERED = HEADER.pack(0, DELIVERED, 0, 0, 0, 0, 0)
 
 
 class NicHooks(typing.Protocol):
@@ -98,6 +117,8 @@ class _Rx:
     conn: _Conn | None = None
     go: bool = False  # the agent said go (possibly before HELLO arrived)
     ahead: int = 0  # standing receive: messages pushed to the worker that it has not acknowledged yet
+    delivered: int = 0  # DELIVERED frames handed to the worker (its sends' acknowledgements)
+    send_blocked: bool = False  # SEND_BLOCKED came and its DELIVERED has not
 
 
 @dataclass(eq=False)
@@ -105,7 +126,9 @@ class _Link:
     """Messages from one source node in flight on the emulated link to this node, in order."""
 
     free_at: float = 0.0
-    queue: deque = field(default_factory=deque)  # (deliverable_at, rx, msg, nbytes)
+    # (deliverable_at, rx, msg, ack): msg None is an acknowledgement for the sender rx; ack, the
+    # acknowledgement the message asks for once it is here (job, sender rank, sender's NIC or None).
+    queue: deque = field(default_factory=deque)
     timer: asyncio.TimerHandle | None = None
 
 
@@ -131,6 +154,9 @@ class _Conn(asyncio.BufferedProtocol):
         self.rank = -1
         self.local = False  # the worker's own-node connection (HELLO), which carries RECVs
         self.src_link: str | None = None  # source node NIC address for link emulation; None = this node
+        self.ack_to: str | None = None  # PEER: the worker's own NIC, where acknowledgements go
+        self.nic_peer: str | None = None  # a connection from another NIC (NIC_HELLO): its address
+        self.out_to: str | None = None  # a connection to another NIC, opened by this one: its address
         self.bye = False
 
     def connection_made(self, transport) -> None:
@@ -193,6 +219,15 @@ class _ProtocolError(Exception):
     pass
 
 
+@dataclass(eq=False)
+class _Out:
+    """A connection to another NIC, for acknowledgements: frames wait in ``pending`` until it is open."""
+
+    conn: _Conn | None = None
+    pending: list = field(default_factory=list)
+    task: asyncio.Task | None = None
+
+
 class Nic:
     """The emulated NIC of node ``node``; see the module docstring.
 
@@ -235,6 +270,8 @@ class Nic:
         self._rx: dict[tuple[str, int], _Rx] = {}
         self._links: dict[str, _Link] = {}
         self._failed: dict[str, str] = {}  # job -> why its RECVs can no longer be satisfied
+        self._out: dict[str, _Out] = {}  # connections to other NICs (acknowledgements), by address
+        self._closing = False
         self._messages_in = self._bytes_in = self._messages_out = self._bytes_out = 0
         self._arrivals = 0
 
@@ -272,7 +309,7 @@ class Nic:
             "bytes_out": self._bytes_out,
             "arrivals": self._arrivals,
             "unconsumed": sum(len(rx.queue) + rx.ahead for rx in receivers),
-            "in_flight": sum(len(link.queue) for link in links),
+            "in_flight": sum(1 for link in links for e in list(link.queue) if e[2] is not None),
             "waiting": sum(1 for rx in receivers if rx.want is not None),
             "connections": len(self._conns),
         }
@@ -288,6 +325,11 @@ class Nic:
         self._failed.pop(job_id, None)
 
     async def close(self) -> None:
+        self._closing = True
+        for out in self._out.values():
+            if out.task is not None:
+                out.task.cancel()
+        self._out.clear()
         if self._server is not None:
             self._server.close()
         for link in self._links.values():
@@ -318,10 +360,13 @@ class Nic:
             self._bytes_in += nbytes
             rx = self._receiver(conn.job, b)
             msg = (a, c, bytes(buf[off:end]))
+            ack = (conn.job, a, conn.ack_to) if mode == 1 else None
             if conn.src_link is not None and self._emulate_link:
-                self._delay(conn.src_link, rx, msg, nbytes)
+                self._delay(conn.src_link, rx, msg, nbytes, ack)
             else:
                 self._arrive(rx, msg)
+                if ack is not None:
+                    self._ack(*ack)
         elif ftype == RECV:
             rx = self._local_rx(conn)
             if rx.want is not None:
@@ -339,6 +384,30 @@ class Nic:
             # A BLOCKED that crossed the delivery on the wire refers to a RECV already answered.
             if rx.want is not None and self.report_messages:
                 self._event(ReceiverBlocked(rx.proc))
+        elif ftype == SEND_BLOCKED:
+            rx = self._local_rx(conn)
+            if a > rx.delivered:  # else its DELIVERED crossed it on the wire: the send is done
+                if conn.job in self._failed:
+                    self._fail(rx, self._failed[conn.job])
+                else:
+                    rx.send_blocked = True
+                    if self.report_messages:
+                        self._event(SenderBlocked(rx.proc))
+        elif ftype == NIC_ACK:
+            if conn.nic_peer is None:
+                raise _ProtocolError("NIC_ACK before NIC_HELLO")
+            sender = self._rx.get((bytes(buf[off + HEADER.size : end]).decode(), a))
+            if sender is None:
+                return  # the job ended here meanwhile
+            if conn.src_link is not None and self._emulate_link:
+                self._delay(conn.src_link, sender, None, 0, None)
+            else:
+                self._delivered(sender)
+        elif ftype == NIC_HELLO:
+            if conn.job is not None or conn.nic_peer is not None:
+                raise _ProtocolError("NIC_HELLO on a connection already introduced")
+            conn.nic_peer = bytes(buf[off + HEADER.size : end]).decode()
+            conn.src_link = None if conn.nic_peer == self.address else conn.nic_peer
         elif ftype == COLL_ENTER or ftype == COLL_LEAVE:
             rx = self._local_rx(conn)
             if self.report_messages:
@@ -377,6 +446,7 @@ class Nic:
             conn.job = job
             conn.rank = a
             conn.src_link = None if src_nic == self.address else src_nic
+            conn.ack_to = src_nic
         elif ftype == BYE:
             conn.bye = True
         elif ftype == ACK:
@@ -406,7 +476,7 @@ class Nic:
             raise _ProtocolError("only the worker's own-node connection may send this frame")
         return self._rx[(conn.job, conn.rank)]
 
-    def _delay(self, src_link: str, rx: _Rx, msg: tuple, nbytes: int) -> None:
+    def _delay(self, src_link: str, rx: _Rx, msg: tuple | None, nbytes: int, ack: tuple | None) -> None:
         link = self._links.get(src_link)
         if link is None:
             link = self._links[src_link] = _Link()
@@ -414,7 +484,7 @@ class Nic:
         tdf = self.clock.tdf
         tx = nbytes / self.bandwidth_Bps * tdf if self.bandwidth_Bps else 0.0
         link.free_at = max(now, link.free_at) + tx
-        link.queue.append((link.free_at + self.latency_s * tdf, rx, msg))
+        link.queue.append((link.free_at + self.latency_s * tdf, rx, msg, ack))
         if link.timer is None:
             link.timer = self._loop.call_at(link.queue[0][0], self._drain, link)
 
@@ -423,8 +493,13 @@ class Nic:
         now = self._loop.time()
         q = link.queue
         while q and q[0][0] <= now:
-            _, rx, msg = q.popleft()
+            _, rx, msg, ack = q.popleft()
+            if msg is None:
+                self._delivered(rx)
+                continue
             self._arrive(rx, msg)
+            if ack is not None:
+                self._ack(*ack)
         if q:
             link.timer = self._loop.call_at(q[0][0], self._drain, link)
 
@@ -457,8 +532,63 @@ class Nic:
                 return True
         return False
 
+    # ---------------------------------------------------------------------------------------------------
+    # Delivery acknowledgements
+
+    def _ack(self, job: str, rank: int, nic: str | None) -> None:
+        """A message that asked for an acknowledgement arrived here: acknowledge it to rank ``rank`` of
+        ``job`` through its own NIC ``nic`` (None: this one)."""
+        if nic is None or nic == self.address:
+            sender = self._rx.get((job, rank))
+            if sender is not None:
+                self._delivered(sender)
+            return
+        if self._closing:
+            return
+        body = job.encode()
+        frame = HEADER.pack(len(body), NIC_ACK, 0, 0, rank, 0, 0) + body
+        out = self._out.get(nic)
+        if out is None:
+            out = self._out[nic] = _Out()
+            out.task = self._loop.create_task(self._connect_nic(nic, out))
+        if out.conn is not None:
+            out.conn.transport.write(frame)
+        else:
+            out.pending.append(frame)
+
+    async def _connect_nic(self, addr: str, out: _Out) -> None:
+        host, _, port = addr.rpartition(":")
+        try:
+            transport, conn = await self._loop.create_connection(lambda: _Conn(self), host, int(port))
+        except OSError as exc:
+            # Its senders wait on; they are failed with their job (the NIC's node is gone).
+            log.warning("nic %d: cannot reach NIC %s for acknowledgements: %s", self.node, addr, exc)
+            if self._out.get(addr) is out:
+                del self._out[addr]
+            return
+        out.task = None
+        if self._closing or self._out.get(addr) is not out:
+            transport.abort()
+            return
+        conn.out_to = addr
+        hello = self.address.encode()
+        transport.write(HEADER.pack(len(hello), NIC_HELLO, 0, 0, 0, 0, 0) + hello + b"".join(out.pending))
+        out.pending.clear()
+        out.conn = conn
+
+    def _delivered(self, rx: _Rx) -> None:
+        """The acknowledgement of ``rx``'s send reached this (its own) NIC: hand it over, wake it."""
+        rx.delivered += 1
+        if rx.conn is not None:
+            rx.conn.transport.write(_DELIVERED)
+        if rx.send_blocked:
+            rx.send_blocked = False
+            if self.report_messages:
+                self._event(SenderWoken(rx.proc))
+
     def _fail(self, rx: _Rx, reason: str) -> None:
         rx.want = None
+        rx.send_blocked = False
         body = reason.encode()
         rx.conn.transport.write(HEADER.pack(len(body), ERROR, 0, 0, 0, 0, 0) + body)
 
@@ -470,6 +600,10 @@ class Nic:
 
     def _conn_lost(self, conn: _Conn) -> None:
         self._conns.discard(conn)
+        if conn.out_to is not None:
+            out = self._out.get(conn.out_to)
+            if out is not None and out.conn is conn:
+                del self._out[conn.out_to]  # the next acknowledgement reconnects
         if conn.job is None:
             return
         if conn.local:
@@ -491,6 +625,6 @@ class Nic:
                 if (
                     job == conn.job
                     and rx.conn is not None
-                    and (rx.want is not None or (self._push and rx.go))
+                    and (rx.want is not None or rx.send_blocked or (self._push and rx.go))
                 ):
                     self._fail(rx, reason)

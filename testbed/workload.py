@@ -28,6 +28,8 @@ def _app(
         spin_time_us=cfg.spin_time_us,
         explicit="wait_mode" in cfg.model_fields_set,
     )
+    # ... and so does the sender's wait for the NIC's acknowledgement (CC); "none" under every other one.
+    fields["send_wait"] = registry.get(scn.scheduler.name).send_wait
     return SyntheticApp(**fields)
 
 

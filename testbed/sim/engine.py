@@ -14,6 +14,12 @@ writes the same event log. Model:
   each message takes ``latency_s + msg_bytes / bandwidth_Bps`` (no bandwidth: latency only; a node's
   incoming link is not serialised), each is one receive as above (any source, the round's tag), and
   there are no collective enter/leave events (they are not collectives);
+* a job with a ``send_wait`` (CC's sender) sends its messages one at a time, each followed by a wait
+  for the receiving NIC's acknowledgement, which comes one ``latency_s`` after the message arrives (a
+  round trip after the send; the acknowledgement is a header: no transmission time). The sender waits
+  in that mode: spinning (using CPU) for up to ``spin_time_us`` in "spin-block", then blocked (the node
+  sees SenderBlocked, and SenderWoken when the acknowledgement wakes it); "none" (the default) sends
+  every message of a step at once and does not wait, as before;
 * a stopped process does nothing: it does not compute, issue its next write, send or consume a message
   (a write already issued completes, a message in flight arrives);
 * a new process runs unless its node's local policy stops it (as a forked process does), and a
@@ -57,6 +63,8 @@ from testbed.schedulers.base import (
     ReceiverWaiting,
     Reject,
     Scheduler,
+    SenderBlocked,
+    SenderWoken,
     SlotStart,
     Start,
     Timer,
@@ -77,13 +85,14 @@ EPS = 1e-9
 KILLED_REASON = "scenario duration reached"
 STALL_LIMIT = 20_000  # periodic events in a row with nothing else pending: nothing can progress
 
-# Process phases
-_COMPUTE, _IO, _BARRIER, _WAIT, _DONE, _XWAIT = range(6)
+# Process phases. _LEAVE and _ROUND_END follow a completed receive, after the sends that go with it (a
+# sender that waits for acknowledgements may spend time there).
+_COMPUTE, _IO, _BARRIER, _WAIT, _DONE, _XWAIT, _LEAVE, _ROUND_END = range(8)
 _WAITING = (_WAIT, _XWAIT)  # waiting for a message: in a barrier, or in a point-to-point round
 
 # Heap event kinds. Periodic ones (ticks, slot switches, timers) recur on their own and cannot by
 # themselves show progress; the rest can.
-_SUBMIT, _COMPLETE, _IO_DONE, _MSG, _SPIN_END, _TICK, _SLOT, _TIMER = range(8)
+_SUBMIT, _COMPLETE, _IO_DONE, _MSG, _SPIN_END, _TICK, _SLOT, _TIMER, _ACK, _ACK_SPIN_END = range(10)
 _PERIODIC = (_TICK, _SLOT, _TIMER)
 
 
@@ -106,7 +115,8 @@ class _Process:
     __slots__ = (
         "run", "rank", "node", "proc", "app", "size", "phase", "work", "it", "writes_left", "io_busy",
         "need", "inbox", "spinning", "waiting", "spin_ver", "cpu_s", "barriers", "nice", "allowed",
-        "q_cpu", "q_t0", "q_ran", "plan", "rounds", "rnd", "tag", "tagbox", "post",
+        "q_cpu", "q_t0", "q_ran", "plan", "rounds", "rnd", "tag", "tagbox", "post", "outbox", "acking",
+        "ack_spin", "ack_ver",
     )  # fmt: skip
 
     def __init__(self, run: _JobRun, rank: int, node: _Node) -> None:
@@ -145,9 +155,17 @@ class _Process:
         self.tag = 0
         self.tagbox = [0, 0]
         self.post: tuple[_Process, ...] = ()
+        # send_wait: messages still to send one by one (receiver, tag or None for the barrier's), and the
+        # wait for the acknowledgement of the last one sent: on, spinning, its version (stale events).
+        self.outbox: deque[tuple[_Process, int | None]] = deque()
+        self.acking = False
+        self.ack_spin = False
+        self.ack_ver = 0
 
     def wants_cpu(self) -> bool:
-        return self.allowed and (self.phase == _COMPUTE or (self.phase in _WAITING and self.spinning))
+        return self.allowed and (
+            self.phase == _COMPUTE or (self.phase in _WAITING and self.spinning) or self.ack_spin
+        )
 
 
 class _Node:
@@ -259,6 +277,8 @@ class Simulation:
             _TICK: self._on_tick,
             _SLOT: self._on_slot,
             _TIMER: self._on_timer,
+            _ACK: self._on_ack,
+            _ACK_SPIN_END: self._on_ack_spin_end,
         }
         stall_reason = None
         while self._heap:
@@ -592,14 +612,68 @@ class Simulation:
         self._pending_nodes[node.idx] = node
 
     def _send(self, p: _Process, receivers: Sequence[_Process]) -> None:
-        """Messages sent together arrive together: one heap entry for all of them."""
+        """Messages sent together arrive together: one heap entry for all of them (a sender that waits
+        for acknowledgements sends them one by one instead, from ``_advance``)."""
+        if p.app.send_wait != "none":
+            p.outbox.extend((r, None) for r in receivers)
+            return
         self._push(self.now + self.latency, _MSG, receivers, p.rank)
 
     def _send_p2p(self, p: _Process, receivers: Sequence[_Process], tag: int) -> None:
+        if p.app.send_wait != "none":
+            p.outbox.extend((r, tag) for r in receivers)
+            return
+        self._push(self.now + self._p2p_delay(p), _MSG, receivers, p.rank, tag)
+
+    def _p2p_delay(self, p: _Process) -> float:
         delay = self.latency
         if self.bandwidth:
             delay += p.app.msg_bytes / self.bandwidth
-        self._push(self.now + delay, _MSG, receivers, p.rank, tag)
+        return delay
+
+    def _send_next(self, p: _Process, q: deque[LocalEvent] | None) -> None:
+        """Sends the next message of ``p.outbox`` and starts waiting for its acknowledgement."""
+        r, tag = p.outbox.popleft()
+        if tag is None:
+            delay = self.latency
+            self._push(self.now + delay, _MSG, (r,), p.rank)
+        else:
+            delay = self._p2p_delay(p)
+            self._push(self.now + delay, _MSG, (r,), p.rank, tag)
+        p.acking = True
+        p.ack_ver += 1
+        self._push(self.now + delay + self.latency, _ACK, p, p.ack_ver)
+        mode = p.app.send_wait
+        if mode == "spin" or (mode == "spin-block" and p.app.spin_time_us > 0):
+            p.ack_spin = True
+            if mode == "spin-block":
+                self._push(self.now + p.app.spin_time_us / 1e6, _ACK_SPIN_END, p, p.ack_ver)
+        else:  # block, or spin-block with no spin time
+            p.ack_spin = False
+            if q is not None:
+                q.append(SenderBlocked(p.proc))
+
+    def _on_ack(self, p: _Process, ver: int) -> None:
+        if ver != p.ack_ver or not p.acking or p.phase == _DONE:
+            return
+        node = p.node
+        self._touch(node)
+        blocked = not p.ack_spin
+        p.acking = False
+        p.ack_spin = False
+        if blocked and node.msg_events:
+            node.queue.append(SenderWoken(p.proc))
+        self._pending_nodes[node.idx] = node
+
+    def _on_ack_spin_end(self, p: _Process, ver: int) -> None:
+        if ver != p.ack_ver or not p.acking or not p.ack_spin or p.phase == _DONE:
+            return
+        node = p.node
+        self._touch(node)
+        p.ack_spin = False
+        if node.msg_events:
+            node.queue.append(SenderBlocked(p.proc))
+        self._pending_nodes[node.idx] = node
 
     def _begin_round(self, p: _Process) -> None:
         sends_first, dests, srcs = p.plan
@@ -621,6 +695,11 @@ class Simulation:
         app = p.app
         q = node.queue if node.msg_events else None
         while p.allowed:
+            if p.acking:
+                return  # waiting for the acknowledgement of a send
+            if p.outbox:
+                self._send_next(p, q)
+                continue
             phase = p.phase
             if phase == _COMPUTE:
                 if p.work > EPS:
@@ -660,12 +739,14 @@ class Simulation:
             elif phase == _WAIT:
                 if not self._receive(p, q, tagged=False):
                     return
-                if p.rank == 0:
-                    self._send(p, p.run.procs[1:])
-                if q is not None:
-                    q.append(CollectiveLeave(p.proc, "barrier"))
                 p.spinning = False
                 p.spin_ver += 1
+                if p.rank == 0:
+                    self._send(p, p.run.procs[1:])
+                p.phase = _LEAVE
+            elif phase == _LEAVE:
+                if q is not None:
+                    q.append(CollectiveLeave(p.proc, "barrier"))
                 self._end_iteration(p)
             elif phase == _XWAIT:
                 tag = p.tag
@@ -676,6 +757,8 @@ class Simulation:
                 if p.post:
                     self._send_p2p(p, p.post, tag)
                     p.post = ()
+                p.phase = _ROUND_END
+            elif phase == _ROUND_END:
                 p.rnd += 1
                 if p.rnd < app.msgs:
                     self._begin_round(p)

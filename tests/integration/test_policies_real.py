@@ -22,7 +22,8 @@ def _jobs(scheduler: str, specs) -> list[Job]:
         mode, spin = job_wait(
             sched, {}, wait_mode=app.wait_mode, spin_time_us=app.spin_time_us, explicit=False
         )
-        app = SyntheticApp(**{**app.to_dict(), "wait_mode": mode, "spin_time_us": spin})
+        fields = {**app.to_dict(), "wait_mode": mode, "spin_time_us": spin, "send_wait": sched.send_wait}
+        app = SyntheticApp(**fields)
         out.append(Job(JobSpec(jid, size, 0.0, estimate=app.ideal_runtime()), app))
     return out
 

@@ -19,6 +19,8 @@ from testbed.schedulers.base import (
     Proc,
     ReceiverBlocked,
     ReceiverWaiting,
+    SenderBlocked,
+    SenderWoken,
 )
 
 from testbed.clock import Clock
@@ -113,6 +115,40 @@ elif scenario == "standing":
         sys.stdin.readline()
         out["got"] += [c.recv(0, 9, mode="spin").decode(), c.recv_msg(0, ANY)[1]]
     c.barrier()
+elif scenario == "acksend":
+    # rank 0 makes one send per send wait in argv[2], each reported once it returns; rank 1 takes them
+    waits = sys.argv[2].split(",")
+    if r == 0:
+        out["sends"] = []
+        for w in waits:
+            c.send_wait = w
+            t0, c0 = time.monotonic(), time.process_time()
+            c.send(1, w.encode())
+            out["sends"].append((time.monotonic() - t0, time.process_time() - c0))
+            print("sent", flush=True)
+            sys.stdin.readline()
+    else:
+        out["got"] = [c.recv(0).decode() for _ in waits]
+elif scenario == "ackdeath":
+    # rank 0 (node 0) waits, blocked, for the ack of a send over a slow link; rank 2 (node 0) dies
+    if r == 0:
+        try:
+            c.send(1, b"x")
+        except CommError as exc:
+            out["error"] = str(exc)
+        c.abort()
+        print(json.dumps(out), flush=True)
+        sys.exit(0)
+    elif r == 2:
+        time.sleep(0.3)
+        c.abort()
+        print(json.dumps(out), flush=True)
+        sys.exit(0)
+    else:
+        try:
+            c.recv(0)
+        except CommError as exc:
+            out["error"] = str(exc)
 elif scenario == "death":
     if r == 0:
         time.sleep(0.2)
@@ -438,3 +474,58 @@ def test_standing_receive_fails_when_a_peer_dies(cluster_factory) -> None:
     cl = cluster_factory(2)
     _, r1 = results(cl.worker("death", "j", [0, 1]))
     assert "disconnected without closing" in r1["error"], r1
+
+
+# --------------------------------------------------------------------------------------------------------
+# Sends that wait for the receiving NIC's acknowledgement (CC's sender: TB_SEND_WAIT)
+
+
+def test_a_send_waits_for_the_receiving_nics_ack_spinning_or_blocked(cluster_factory) -> None:
+    # 100 ms into each node: a message from node 0 reaches node 1's NIC 100 ms after the send, its ack
+    # reaches node 0's 100 ms later. Spin-block spins 10 ms, then blocks.
+    slow = {"latency_s": 0.1}
+    cl = cluster_factory(2, report_messages=True, per_node={0: slow, 1: slow})
+    waits = ["none", "spin-block", "block", "spin"]
+    p0, p1 = cl.start(["-c", WORKER, "acksend", ",".join(waits)], "j", [0, 1], stdin=True, TB_SPIN_US=10_000)
+    for i, w in enumerate(waits):
+        assert p0.stdout.readline().strip() == "sent", w
+        if w != "none":
+            # it returned, so the message is in the receiving NIC's buffer already
+            assert cl.on_loop(1, cl.nics[1].stats)["arrivals"] == i + 1, w
+        p0.stdin.write("go\n")
+        p0.stdin.flush()
+    r0, r1 = results([p0, p1])
+    assert r1["got"] == waits
+    (plain, _), (sb, sb_cpu), (block, block_cpu), (spin, spin_cpu) = r0["sends"]
+    assert plain < 0.03, r0  # no ack: back at once
+    for took in (sb, block, spin):
+        assert 0.2 <= took < 0.35, r0  # a round trip: 100 ms there, 100 ms back
+    # (loose CPU bounds: the cores are shared, so a spinner does not get a whole one)
+    assert block_cpu < 0.02 and sb_cpu < 0.04, r0  # blocked while the ack is late
+    assert spin_cpu > max(0.05, 3 * sb_cpu), r0  # spinning all the way burns the CPU
+    # the sender's node saw it block and be woken by the ack, once each for spin-block and block
+    sender = [e for e in cl.hooks[0].events if isinstance(e, (SenderBlocked, SenderWoken))]
+    assert sender == [SenderBlocked(Proc("j", 0)), SenderWoken(Proc("j", 0))] * 2
+    assert not any(isinstance(e, (SenderBlocked, SenderWoken)) for e in cl.hooks[1].events)
+
+
+@pytest.mark.parametrize("report", [True, False])
+def test_collectives_with_acked_sends_same_node_and_across(cluster_factory, report) -> None:
+    # two ranks per node: some acks come from the own NIC, some from the other; with report=False the
+    # acks share the worker's socket with pushed messages (standing receive)
+    cl = cluster_factory(2, report_messages=report)
+    res = results(cl.worker("coll", "j", [0, 0, 1, 1], TB_SEND_WAIT="spin-block"))
+    for r in res:
+        assert r["bcast"] == "root-data" and r["sum"] == 10.0 and r["arr"] == [0.0, 10.0, 20.0]
+    for node, nic in enumerate(cl.nics):
+        st = cl.on_loop(node, nic.stats)
+        assert st["unconsumed"] == 0 and st["in_flight"] == 0
+
+
+def test_a_sender_blocked_for_its_ack_fails_with_its_job(cluster_factory) -> None:
+    # the ack would take 10 s (the link into node 1); a rank on the sender's node dies after 0.3 s
+    cl = cluster_factory(2, report_messages=True, per_node={1: {"latency_s": 10.0}})
+    t0 = time.monotonic()
+    r0, _, _ = results(cl.worker("ackdeath", "j", [0, 1, 0], TB_SEND_WAIT="block"), timeout=5)
+    assert "disconnected without closing" in r0["error"], r0
+    assert time.monotonic() - t0 < 5

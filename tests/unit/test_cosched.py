@@ -25,6 +25,8 @@ from testbed.schedulers.base import (
     ReceiverWaiting,
     RunAll,
     Scheduler,
+    SenderBlocked,
+    SenderWoken,
     Start,
     Timer,
 )
@@ -74,6 +76,8 @@ def test_wait_modes_declared_as_the_papers_tie_them():
         "hybrid": ("block", None, False),
     }
     assert Spin.local_policy is RunAll
+    # Senders: only CC waits for the NIC's acknowledgement (spin, then block); the others send as always.
+    assert {n: c.send_wait for n, c in ALL.items()} == {n: "spin-block" if n == "cc" else "none" for n in ALL}
     for other in (Scheduler, Local, Batch, Gang):  # the base defaults keep the others as they were
         assert (other.wait_mode, other.spin_time_us, other.allows_wait_mode_override) == (None, None, True)
 
@@ -302,6 +306,26 @@ def test_cc_favours_the_process_with_most_unconsumed_messages():
     assert f.boosted() == {A}
 
 
+def test_cc_wakes_and_boosts_a_sender_blocked_for_its_ack_and_sb_does_not():
+    f = Feed(Cc, A, B)
+    f(0.0001, SenderBlocked(A))
+    assert f.boosted() == set() and A in f.policy.send_blocked and not f.policy.useful(A)
+    d = f(0.0005, SenderWoken(A))
+    assert d.nice == {A: BOOST} and A not in f.policy.send_blocked
+    f(0.0007, SenderBlocked(A))  # its next send blocks: the boost would do nothing for it now
+    assert f.boosted() == set()
+    f(0.0008, SenderWoken(A))
+    f(0.0009, ReceiverWaiting(A, "spin-block"))  # as a woken receiver's, it ends at the next wait
+    assert f.boosted() == set()
+    f(0.0009, SenderBlocked(B))
+    f(0.0009, ProcExited(B))
+    assert f.policy.send_blocked == set()
+    g = Feed(Sb, A)
+    g(0.0001, SenderBlocked(A))
+    g(0.0005, SenderWoken(A))
+    assert g.boosted() == set()
+
+
 def test_hybrid_boosts_from_collective_enter_to_leave_only():
     f = Feed(Hybrid, A, B)
     f(0.001, ReceiverWaiting(A, "block"))
@@ -396,7 +420,8 @@ def run_as_the_runner_would(
         mode, spin = job_wait(
             cls, params, wait_mode=j.app.wait_mode, spin_time_us=j.app.spin_time_us, explicit=False
         )
-        forced.append(replace(j, app=replace(j.app, wait_mode=mode, spin_time_us=spin)))
+        app = replace(j.app, wait_mode=mode, spin_time_us=spin, send_wait=cls.send_wait)
+        forced.append(replace(j, app=app))
     log = simulate(forced, cls, params, nodes=nodes, latency_s=latency_s)
     done = {e["job"]: e["t"] for e in log if e["kind"] == "job_finished"}
     assert set(done) == {j.job_id for j in jobs}
@@ -466,6 +491,71 @@ def test_same_inputs_same_events(name):
     first = simulate(jobs, cls, {"packing": False}, nodes=3, seed=7, latency_s=5e-4)
     again = simulate(jobs, cls, {"packing": False}, nodes=3, seed=7, latency_s=5e-4)
     assert first == again
+
+
+def _sender_run(cls: type[Scheduler], send_wait: str, latency_s: float) -> tuple[dict, list]:
+    """One 2-rank job, 10 x {1 ms of CPU; barrier}, one rank per node; receives block at once (they use
+    no CPU), so CPU beyond the compute is the senders' wait for acknowledgements. Returns the CPU per
+    rank and node 0's (event, nice decided) sequence."""
+    app = SyntheticApp(iterations=10, gcomp=1.0, wait_mode="block", spin_time_us=300.0, send_wait=send_wait)
+    sim = Simulation([Job(JobSpec("J", 2, 0.0), app)], cls, {}, nodes=2, latency_s=latency_s)
+    seen = []
+    policy = sim.nodes[0].policy
+    original = policy.on_event
+
+    def spy(now, event):
+        d = original(now, event)
+        seen.append((event, d.nice.get(Proc("J", 0))))
+        return d
+
+    policy.on_event = spy
+    log = sim.run()
+    cpu = {e["rank"]: e["cpu_s"] for e in log if e["kind"] == "proc_exited"}
+    assert len(cpu) == 2 and all(e["code"] == 0 for e in log if e["kind"] == "proc_exited")
+    return cpu, seen
+
+
+def test_sim_cc_sender_spins_for_the_nic_ack_then_blocks_other_schemes_do_not_wait():
+    # 10 sends per rank (a barrier: rank 1 to 0, then 0 to 1); an ack comes a round trip after its send.
+    # 1 ms latency: a 2 ms round trip, so each send spins the whole 300 us, then blocks.
+    cpu, seen = _sender_run(Cc, "spin-block", latency_s=1e-3)
+    assert cpu == {r: pytest.approx(0.010 + 10 * 300e-6) for r in (0, 1)}
+    events = [type(e).__name__ for e, _ in seen]
+    assert events.count("SenderBlocked") == events.count("SenderWoken") == 10
+    # ... and the NIC's wake-up boosts the sender, as SB's does a receiver
+    assert all(nice == BOOST for e, nice in seen if isinstance(e, SenderWoken))
+    # 50 us latency: the ack is back after 100 us, within the spin time: it spins that long, never blocks.
+    cpu, seen = _sender_run(Cc, "spin-block", latency_s=50e-6)
+    assert cpu == {r: pytest.approx(0.010 + 10 * 100e-6) for r in (0, 1)}
+    assert not any(isinstance(e, (SenderBlocked, SenderWoken)) for e, _ in seen)
+    # A sender that does not wait (every scheme but CC): the compute alone, whatever the latency.
+    for cls in (Sb, Cc):
+        cpu, seen = _sender_run(cls, "none", latency_s=1e-3)
+        assert cpu == {r: pytest.approx(0.010) for r in (0, 1)}, cls
+        assert not any(isinstance(e, (SenderBlocked, SenderWoken)) for e, _ in seen)
+    # "block": no CPU at all while waiting, but still a round trip per send (the job takes longer).
+    cpu, _ = _sender_run(Cc, "block", latency_s=1e-3)
+    assert cpu == {r: pytest.approx(0.010) for r in (0, 1)}
+
+
+def test_the_runner_gives_cc_jobs_the_waiting_sender_and_no_other_scheme():
+    from testbed import workload
+    from testbed.scenario import load
+
+    def send_waits(name: str) -> set[str]:
+        doc = {
+            "name": "s",
+            "cluster": {"nodes": 2},
+            "scheduler": {"name": name},
+            "workload": {"jobs": [{"size": 2, "app": {"gcomp": 1, "iterations": 2}}]},
+        }
+        return {j.app.send_wait for j in workload.build(load(doc=doc))}
+
+    assert send_waits("cc") == {"spin-block"}
+    for name in ("sb", "pbsb", "hybrid", "local", "gang"):
+        assert send_waits(name) == {"none"}, name
+    with pytest.raises(ValueError, match="send_wait"):
+        SyntheticApp(iterations=1, send_wait="sometimes")
 
 
 def test_boosts_reach_the_simulated_processes():
