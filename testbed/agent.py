@@ -54,6 +54,7 @@ class NodeConfig:
     cpu_rate: float = 1.0
     cores: int = 1
     envelope: str = "auto"
+    cfs_period_us: int = 100_000
     scheduler: str = "local"
     params: dict = field(default_factory=dict)
     seed: int = 0
@@ -129,6 +130,7 @@ class NodeAgent:
             cpu_rate=self.cfg.cpu_rate,
             tdf=self.cfg.tdf,
             cores=self.cfg.cores,
+            period_us=self.cfg.cfs_period_us,
         )
         self.envelope.create()
         self.nic = Nic(

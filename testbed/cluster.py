@@ -94,6 +94,7 @@ def run_ray(
                 cpu_rate=c.cpu_rate,
                 cores=c.cores_per_node,
                 envelope=c.envelope,
+                cfs_period_us=round(c.cfs_period_ms * 1000),
                 scheduler=scn.scheduler.name,
                 params=scn.scheduler.params,
                 seed=scn.workload.seed,

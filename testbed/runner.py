@@ -11,7 +11,7 @@ import yaml
 from testbed import events as ev
 from testbed import results
 from testbed.clock import host_cores
-from testbed.scenario import Scenario, effective_tdf
+from testbed.scenario import Scenario, ScenarioError, effective_tdf
 from testbed.workload import build
 
 BACKENDS = ("ray", "sim")
@@ -70,6 +70,14 @@ def run_once(
     from testbed.cluster import run_ray
 
     tdf = effective_tdf(scn)
+    if scn.cluster.envelope != "none":
+        from testbed.mechanism.envelope import quota_us
+
+        c = scn.cluster
+        try:
+            quota_us(round(c.cfs_period_ms * 1000), c.cpu_rate, c.cores_per_node, tdf)
+        except ValueError as exc:
+            raise ScenarioError(f"cluster.cfs_period_ms: {exc}") from None
     local_prom = None
     say = notice or (lambda text: None)
     try:

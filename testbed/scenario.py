@@ -46,6 +46,13 @@ class ClusterConfig(_Model):
     cores_per_node: int = Field(1, ge=1, le=64)
     cpu_rate: float = Field(1.0, gt=0, le=1.0, description="node CPU speed as a fraction of one host core")
     envelope: Literal["auto", "cgroup", "cgroup-v1", "cgroup-v2", "none"] = "auto"
+    cfs_period_ms: float = Field(
+        100.0,
+        ge=1,
+        le=1000,
+        description="real ms: CFS period of the node cgroups; shorter periods show sleeps (I/O) more "
+        "faithfully at a higher kernel cost (testbed/mechanism/envelope.py)",
+    )
     memory_mb: float | None = Field(
         None, gt=0, description="memory per node for memory-aware allocation; null = not checked"
     )

@@ -188,8 +188,8 @@ def _drop_foreign_params(doc: dict, sets: dict[str, Any]) -> list[str]:
 
 
 def _job_fingerprint(scn: Scenario) -> list[tuple]:
-    """The generated jobs as data, less the wait mode and spin time (coscheduling schemes impose their own
-    on every job: that is the policy under test, not a different workload)."""
+    """The generated jobs as data, less the receive and send wait modes and spin time (coscheduling schemes
+    impose their own on every job: that is the policy under test, not a different workload)."""
     from testbed.workload import build
 
     out = []
@@ -197,6 +197,7 @@ def _job_fingerprint(scn: Scenario) -> list[tuple]:
         app = j.app.to_dict()
         app.pop("wait_mode", None)
         app.pop("spin_time_us", None)
+        app.pop("send_wait", None)
         out.append((j.spec, tuple(sorted(app.items()))))
     return out
 

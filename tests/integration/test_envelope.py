@@ -30,8 +30,8 @@ def envelopes(run_id):
     """make(node, rate, tdf, kind) -> a created envelope, destroyed at teardown even if the test fails."""
     made = []
 
-    def make(node=0, cpu_rate=1.0, tdf=1.0, kind="cgroup-v1"):
-        e = make_envelope(kind, run_id, node, cpu_rate, tdf)
+    def make(node=0, cpu_rate=1.0, tdf=1.0, kind="cgroup-v1", period_us=envmod.CFS_PERIOD_US):
+        e = make_envelope(kind, run_id, node, cpu_rate, tdf, period_us=period_us)
         e.create()
         made.append(e)
         return e
@@ -60,6 +60,14 @@ def test_unknown_kind_names_the_known_kinds():
         make_envelope("docker-ish", "r1", 0, 1.0, 1.0)
     for kind in ("auto", "cgroup", "cgroup-v1", "cgroup-v2", "none"):
         assert kind in str(ei.value)
+
+
+def test_quota_below_the_kernel_minimum_is_refused_naming_the_fix():
+    assert envmod.quota_us(10_000, 1.0, 1, 4.0) == 2500
+    with pytest.raises(ValueError, match=r"cluster.cfs_period_ms to at least 10\b"):
+        envmod.quota_us(2_000, 1.0, 1, 9.4)
+    with pytest.raises(ValueError, match="1000..1000000"):
+        make_envelope("none", "r1", 0, 1.0, 1.0, period_us=500)
 
 
 def test_bad_run_id_is_refused():
@@ -123,10 +131,17 @@ def test_spawn_joins_envelope_before_first_instruction(envelopes, tmp_path):
 
 @pytest.mark.cgroup
 @needs_v1
-def test_cfs_quota_fixes_the_rate(envelopes):
-    """Two busy processes, each in its own node at rate 1.0 with TDF 4: 0.25 CPU-s/s each, within 5 %."""
-    nodes = [envelopes(node=k, cpu_rate=1.0, tdf=4.0) for k in range(2)]
+@pytest.mark.parametrize("period_us", [100_000, 10_000])
+def test_cfs_quota_fixes_the_rate(envelopes, period_us):
+    """Two busy processes, each in its own node at rate 1.0 with TDF 4: 0.25 CPU-s/s each, within 5 %,
+    at the default period and at the short one (cluster.cfs_period_ms)."""
+    nodes = [envelopes(node=k, cpu_rate=1.0, tdf=4.0, period_us=period_us) for k in range(2)]
     assert all(isinstance(e, CgroupV1Envelope) and e.fixes_rate for e in nodes)
+    for e in nodes:
+        with open(os.path.join(e.dirs["cpu"], "cpu.cfs_period_us")) as fh:
+            assert int(fh.read()) == period_us
+        with open(os.path.join(e.dirs["cpu"], "cpu.cfs_quota_us")) as fh:
+            assert int(fh.read()) == period_us // 4
     assert [e.configured_rate() for e in nodes] == [0.25, 0.25]
     workers = [_spawn(BUSY, e) for e in nodes]
     try:
