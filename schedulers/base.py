@@ -80,11 +80,13 @@ class Dispatch:
 
     Sent ahead of ``at`` so every node switches on its own timer (DESIGN.md, decision 5). Nodes absent
     from ``allowed`` keep what they had. ``slot`` identifies the matrix row (for skew statistics).
+    ``rows`` are the matrix rows that share this quantum (two when paired gang pairs them).
     """
 
     at: float
     slot: int
     allowed: Mapping[int, frozenset[str]]
+    rows: tuple[int, ...] = ()
 
 
 GlobalAction = Reject | Start | Dispatch

@@ -208,7 +208,16 @@ class GangGlobal(GlobalPolicy):
         self.last_at = at
         self.last_jobs = frozenset(jobs)
         self.next_at = at + self.quantum
-        return Dispatch(at=at, slot=self.slot, allowed={n: frozenset(s) for n, s in allowed.items()})
+        return Dispatch(
+            at=at,
+            slot=self.slot,
+            allowed={n: frozenset(s) for n, s in allowed.items()},
+            rows=self._slot_rows(row),
+        )
+
+    def _slot_rows(self, row: int) -> tuple[int, ...]:
+        """The matrix rows the slot just planned (by :meth:`_plan_jobs`) runs."""
+        return (row,)
 
 
 class GangLocal(LocalPolicy):

@@ -273,6 +273,9 @@ class PairedGlobal(GangGlobal):
                 self.usage[j].alone = False
         return jobs
 
+    def _slot_rows(self, row: int) -> tuple[int, ...]:
+        return (row,) if self.last_partner is None else (row, self.last_partner)
+
 
 class Paired(Scheduler):
     name = "paired"

@@ -165,7 +165,7 @@ class Coordinator:
             elif isinstance(a, Start):
                 self._launch(self.jobs[a.job_id], a.nodes)
             elif isinstance(a, Dispatch):
-                self.events.emit(ev.SLOT_PLANNED, slot=a.slot, at=a.at)
+                self.events.emit(ev.SLOT_PLANNED, slot=a.slot, at=a.at, rows=list(a.rows))
                 if self.metrics is not None:
                     live = [n for n in a.allowed if n not in self.down]
                     self._skew.expect(a.slot, live, time.monotonic())

@@ -21,7 +21,7 @@ JOB_STARTED = "job_started"  # job, nodes
 JOB_FINISHED = "job_finished"  # job
 JOB_FAILED = "job_failed"  # job, reason
 JOB_KILLED = "job_killed"  # job, reason (scenario ended first)
-SLOT_PLANNED = "slot_planned"  # slot, at
+SLOT_PLANNED = "slot_planned"  # slot, at, rows (matrix rows sharing the quantum)
 # Node level (source: nodeN)
 PROC_STARTED = "proc_started"  # job, rank, node, pid
 PROC_EXITED = "proc_exited"  # job, rank, node, code, cpu_s, reason

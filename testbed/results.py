@@ -139,7 +139,7 @@ def summarize(events: list[dict], facts: RunFacts) -> dict:
         return sum(vals) / len(vals) if vals else None
 
     skews = slot_skews_ms(events)
-    return {
+    out = {
         "scheduler": facts.scheduler,
         "backend": facts.backend,
         "nodes": facts.nodes,
@@ -159,7 +159,40 @@ def summarize(events: list[dict], facts: RunFacts) -> dict:
         "gang_skew_ms_p50": _pct(skews, 50),
         "gang_skew_ms_p99": _pct(skews, 99),
         "slot_switches": len(skews),
+        "quanta_paired_fraction": paired_fraction(events),
     }
+    out.update(progress_rates(events))
+    return out
+
+
+def progress_rates(events: list[dict]) -> dict[str, float]:
+    """Paper 002's metric, per job class: ``<unit>_per_s.<class>`` (unit "barriers", or "iterations" for
+    point-to-point patterns), the mean over the class's jobs of progress / time from the job's start to
+    its last progress report (so a job that finishes early is not diluted by the time after it)."""
+    cls: dict[str, str] = {}
+    start: dict[str, float] = {}
+    last: dict[tuple[str, str], tuple[float, float]] = {}  # (job, unit) -> (value, t), the furthest rank
+    for e in events:
+        kind = e["kind"]
+        if kind == ev.JOB_SUBMITTED:
+            cls[e["job"]] = e.get("job_class") or "default"
+        elif kind == ev.JOB_STARTED:
+            start[e["job"]] = e["t"]
+        elif kind == ev.PROGRESS and e.get("job") in start:
+            key = (e["job"], e.get("unit", "barriers"))
+            if key not in last or e["value"] > last[key][0]:
+                last[key] = (float(e["value"]), e["t"])
+    rates: dict[str, list[float]] = defaultdict(list)
+    for (job, unit), (value, t) in last.items():
+        if t > start[job]:
+            rates[f"{unit}_per_s.{cls.get(job, 'default')}"].append(value / (t - start[job]))
+    return {k: sum(v) / len(v) for k, v in sorted(rates.items())}
+
+
+def paired_fraction(events: list[dict]) -> float | None:
+    """Fraction of gang quanta in which two matrix rows shared the CPU (paired gang); None without slots."""
+    rows = [len(e["rows"]) for e in events if e["kind"] == ev.SLOT_PLANNED and e.get("rows")]
+    return sum(1 for n in rows if n > 1) / len(rows) if rows else None
 
 
 def slot_skews_ms(events: list[dict]) -> list[float]:
@@ -227,7 +260,10 @@ def table(summaries: list[dict], title: str = "results"):
         ("envelope", lambda s: s["envelope"] + ("" if s["cpu_rate_fixed"] else " (rate NOT fixed)")),
         ("CPU-rate error (max)", lambda s: fmt(s["cpu_rate_error_max"])),
         ("gang switch skew p99", lambda s: fmt(s["gang_skew_ms_p99"], " ms")),
+        ("quanta paired", lambda s: fmt(s.get("quanta_paired_fraction"))),
     ]
+    for key in sorted({k for s in summaries for k in s if "_per_s." in k}):
+        rows.append((key.replace("_per_s.", "/s, "), lambda s, key=key: fmt(s.get(key))))
     for name, f in rows:
         t.add_row(name, *[f(s) for s in summaries])
     return t

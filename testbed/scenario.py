@@ -195,9 +195,14 @@ class JobClass(_Model):
 
 
 class DurationDist(_Model):
-    dist: Literal["exponential", "erlang", "fixed"] = "exponential"
+    """A generated job's length (ideal run time alone, emulated s). ``profile``: each job keeps its app
+    profile's own length (paper 003 table 2's class-A time x profiles.TIME_SCALE) times ``scale``, so
+    the lengths differ by class as the NAS kernels' do; ``mean_s`` is then unused."""
+
+    dist: Literal["exponential", "erlang", "fixed", "profile"] = "exponential"
     mean_s: float = Field(2.0, gt=0)
     shape: int = Field(2, ge=1, description="Erlang shape k")
+    scale: float = Field(1.0, gt=0, description="with dist profile: multiplies every profile's length")
 
 
 class SizeDist(_Model):
@@ -219,6 +224,17 @@ class PoissonGenerator(_Model):
     size: SizeDist = Field(default_factory=SizeDist)
     classes: list[JobClass] = Field(default_factory=lambda: [JobClass(name="compute")], min_length=1)
     start_s: float = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _profiles_for_profile_lengths(self):
+        if self.duration.dist == "profile":
+            bare = [c.name for c in self.classes if c.app.profile is None]
+            if bare:
+                raise ValueError(
+                    f"duration.dist profile takes each job's length from its app profile, but class(es) "
+                    f"{', '.join(bare)} have none: give them app: {{profile: ...}} or use another dist"
+                )
+        return self
 
 
 class WorkloadConfig(_Model):

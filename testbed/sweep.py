@@ -42,6 +42,24 @@ METRICS = (
     "makespan_s",
     "energy_j",
 )
+#: Compared when some variant's summary has them: the share of paired quanta (paired gang), and the
+#: per-class progress rates (``barriers_per_s.<class>``, paper 002).
+OPTIONAL_METRICS = ("quanta_paired_fraction",)
+
+
+def is_metric(name: str) -> bool:
+    return name in METRICS or name in OPTIONAL_METRICS or "_per_s." in name
+
+
+def metric_label(name: str) -> str:
+    if name in _LABELS:
+        return _LABELS[name]
+    if "_per_s." in name:
+        unit, cls = name.split("_per_s.", 1)
+        return f"{unit}/s, {cls}"
+    return name.replace("_", " ")
+
+
 #: comparison.csv column -> final state counted (summary.json jobs_by_state).
 JOB_STATES = {
     "jobs_completed": results.COMPLETED,
@@ -49,6 +67,8 @@ JOB_STATES = {
     "jobs_killed": results.KILLED,
     "jobs_rejected": results.REJECTED,
 }
+#: Up to this many variants the table has one column per variant; beyond, one row per variant.
+TABLE_COLUMNS_MAX = 6
 #: Names a variant cannot take: they are the sweep's own outputs in the results folder.
 RESERVED = {"plots", "comparison.csv", "scenario.yaml"}
 
@@ -296,6 +316,9 @@ def comparison_rows(res: list[VariantResult], keys: list[str] | None = None) -> 
     than one) and the error of a failed variant."""
     keys = keys if keys is not None else override_keys([r.variant for r in res])
     multi = any(r.variant.scenario.repetitions > 1 for r in res)
+    found = {k for r in res for s in r.summaries for k, v in s.items() if v is not None and is_metric(k)}
+    metrics = [*METRICS, *(m for m in OPTIONAL_METRICS if m in found)]
+    metrics += sorted(k for k in found if "_per_s." in k)
     rows = []
     for r in res:
         eff = r.variant.scenario.model_dump(mode="json")
@@ -303,7 +326,7 @@ def comparison_rows(res: list[VariantResult], keys: list[str] | None = None) -> 
         row.update({k: _get(eff, k) for k in keys})
         row["status"] = r.status
         row["repetitions"] = len(r.summaries)
-        for m in (*METRICS, *JOB_STATES):
+        for m in (*metrics, *JOB_STATES):
             vals = [x for x in (_metric(s, m) for s in r.summaries) if x is not None]
             mean = sum(vals) / len(vals) if vals else None
             if m in JOB_STATES and mean is not None and not multi:
@@ -373,7 +396,8 @@ def plot(out: Path, rows: list[dict], title: str = "") -> list[Path]:
             return None
         return None if math.isnan(f) else f
 
-    for m in METRICS:
+    extra = [k for k in (rows[0] if rows else {}) if is_metric(k) and k not in METRICS]
+    for m in (*METRICS, *extra):
         fig, ax = plt.subplots(figsize=(width, 4.2), dpi=100)
         vals = [num(r.get(m)) for r in rows]
         errs = [num(r.get(f"{m}_stdev")) or 0.0 for r in rows]
@@ -398,8 +422,8 @@ def plot(out: Path, rows: list[dict], title: str = "") -> list[Path]:
             names, rotation=30 if len(rows) > 4 else 0, ha="right" if len(rows) > 4 else "center"
         )
         ax.margins(y=0.12)
-        ax.set_ylabel(_LABELS[m])
-        ax.set_title(f"{title}: {_LABELS[m]}" if title else _LABELS[m])
+        ax.set_ylabel(metric_label(m))
+        ax.set_title(f"{title}: {metric_label(m)}" if title else metric_label(m))
         ax.grid(axis="y", alpha=0.3)
         fig.tight_layout()
         p = out / f"{m}.png"
@@ -443,8 +467,10 @@ def table(rows: list[dict], title: str = "comparison"):
     terminal; the CSV has one row per variant."""
     from rich.table import Table
 
-    fixed = {"variant", "status", "repetitions", "error", *METRICS, *JOB_STATES}
-    keys = [k for k in (rows[0] if rows else {}) if k not in fixed and not k.endswith("_stdev")]
+    fixed = {"variant", "status", "repetitions", "error", *JOB_STATES}
+    cols = [k for k in (rows[0] if rows else {}) if not k.endswith("_stdev")]
+    keys = [k for k in cols if k not in fixed and not is_metric(k)]
+    metrics = [k for k in cols if is_metric(k)]
 
     def num(v):
         if v is None or v == "":
@@ -475,6 +501,8 @@ def table(rows: list[dict], title: str = "comparison"):
                 return v
         if isinstance(v, dict):
             return " ".join(f"{k}={json.dumps(x)}" for k, x in v.items()) or "{}"
+        if isinstance(v, list):  # e.g. workload.jobs: the CSV has it whole
+            return f"[{len(v)} items]"
         return "-" if v is None or v == "" else str(_cell(v))
 
     short = {
@@ -482,19 +510,28 @@ def table(rows: list[dict], title: str = "comparison"):
         "mean_waiting_time_s": "waiting time",
         "mean_slowdown": "slowdown",
     }
-    t = Table(title=title)
-    t.add_column("", no_wrap=True)
-    for row in rows:
-        t.add_column(str(row["variant"]), justify="right")
-    for k in keys:
-        t.add_row(k, *[show(r.get(k)) for r in rows])
-    for m in METRICS:
-        unit = {"s": " s", "j": " J"}.get(m.rsplit("_", 1)[-1], "")
-        t.add_row(short.get(m, _LABELS[m].split(" (")[0]), *[fmt(r, m, unit) for r in rows])
-    t.add_row("jobs ok/fail/kill/rej", *["/".join(count(r, m) for m in JOB_STATES) for r in rows])
+    lines = [(k, [show(r.get(k)) for r in rows]) for k in keys]
+    for m in metrics:
+        unit = {"s": " s", "j": " J"}.get(m.rsplit("_", 1)[-1], "") if m in METRICS else ""
+        lines.append((short.get(m, metric_label(m).split(" (")[0]), [fmt(r, m, unit) for r in rows]))
+    lines.append(("jobs ok/fail/kill/rej", ["/".join(count(r, m) for m in JOB_STATES) for r in rows]))
     if any(num(r.get("repetitions")) not in (None, 1.0) for r in rows):
-        t.add_row("repetitions", *[str(r.get("repetitions")) for r in rows])
-    t.add_row("status", *[str(r.get("status") or "") for r in rows])
+        lines.append(("repetitions", [str(r.get("repetitions")) for r in rows]))
+    lines.append(("status", [str(r.get("status") or "") for r in rows]))
     if any(r.get("error") for r in rows):
-        t.add_row("error", *[str(r.get("error") or "") for r in rows])
+        lines.append(("error", [str(r.get("error") or "") for r in rows]))
+    t = Table(title=title)
+    if len(rows) <= TABLE_COLUMNS_MAX:  # one column per variant
+        t.add_column("", no_wrap=True)
+        for row in rows:
+            t.add_column(str(row["variant"]), justify="right")
+        for label, cells in lines:
+            t.add_row(label, *cells)
+        return t
+    # Many variants: one row each, so that they stay readable in a terminal.
+    t.add_column("variant", no_wrap=True)
+    for label, _ in lines:
+        t.add_column(label, justify="right")
+    for i, row in enumerate(rows):
+        t.add_row(str(row["variant"]), *[cells[i] for _, cells in lines])
     return t

@@ -83,16 +83,20 @@ def build(scn: Scenario) -> list[Job]:
                 dur = rng.exponential(d.mean_s)
             elif d.dist == "erlang":
                 dur = rng.gamma(d.shape, d.mean_s / d.shape)
-            else:
+            elif d.dist == "fixed":
                 dur = d.mean_s
+            else:  # "profile": the class's profile sets the length
+                dur = None
             sizes = _profile_sizes(cls.app, gen.size.min, gen.size.max)
             if sizes:
                 size = sizes[int(rng.integers(len(sizes)))]
             else:
                 size = int(rng.integers(gen.size.min, gen.size.max + 1))
-            template = _app(cls.app, scn, iterations=1)
-            per_iter = template.ideal_runtime(rate)
-            iterations = max(1, round(dur / per_iter)) if per_iter > 0 else 1
+            if dur is None:
+                iterations = max(1, round(profiles.get(cls.app.profile).iterations() * d.scale))
+            else:
+                per_iter = _app(cls.app, scn, iterations=1).ideal_runtime(rate)
+                iterations = max(1, round(dur / per_iter)) if per_iter > 0 else 1
             app = _app(cls.app, scn, iterations=iterations, memory_mb=cls.memory(size))
             jobs.append(
                 Job(

@@ -402,7 +402,7 @@ class Simulation:
             self._feed(node, ProcAdded(p.proc))
 
     def _dispatch(self, d: Dispatch) -> None:
-        self._emit(self.coord, ev.SLOT_PLANNED, self.now, slot=d.slot, at=d.at)
+        self._emit(self.coord, ev.SLOT_PLANNED, self.now, slot=d.slot, at=d.at, rows=list(d.rows))
         spread = self.skew / max(1, len(self.nodes) - 1)
         # One heap entry per distinct switch time, not per node: with no skew, one for the whole cluster.
         by_time: dict[float, list[tuple[_Node, frozenset[str]]]] = {}

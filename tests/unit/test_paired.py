@@ -428,3 +428,29 @@ def test_sim_paired_rejects_a_job_bigger_than_the_cluster():
     events = sim.run()
     assert [e["kind"] for e in events if e["kind"].startswith("job_")] == ["job_submitted", "job_rejected"]
     assert isinstance(Paired.make_global(4, {}, 0).submit(0.0, JobSpec("big", 5, 0.0))[0], Reject)
+
+
+def _mix_events(scheduler) -> list[dict]:
+    from testbed.sim.engine import simulate
+
+    jobs = [
+        Job(JobSpec("io", 4, 0.0, job_class="io"), _io_app()),
+        Job(JobSpec("comp", 4, 0.0, job_class="cpu"), _compute_app()),
+    ]
+    return simulate(jobs, scheduler, {"mpl": 2}, nodes=4, duration=4.0, latency_s=200e-6)
+
+
+def test_summary_reports_paired_share_and_barrier_rates_per_class():
+    """The paper-002 metrics as the results module computes them from the event log alone."""
+    from testbed import results
+
+    facts = results.RunFacts(4, 1.0, 1, 219.1, 18.968, 1.0, "modelled", "sim", "x")
+    strict = results.summarize(_mix_events(Gang), facts)
+    paired = results.summarize(_mix_events(Paired), facts)
+    assert strict["quanta_paired_fraction"] == 0.0
+    assert paired["quanta_paired_fraction"] > 0.5
+    assert paired["barriers_per_s.io"] > 1.5 * strict["barriers_per_s.io"]
+    assert paired["barriers_per_s.cpu"] > 0.9 * strict["barriers_per_s.cpu"]
+    # The rate from progress events agrees with the processes' own barrier counts.
+    assert strict["barriers_per_s.io"] == pytest.approx(_rate(_mix(Gang), "io"), rel=0.1)
+    assert results.summarize([], facts)["quanta_paired_fraction"] is None

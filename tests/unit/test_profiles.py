@@ -218,3 +218,32 @@ def test_more_communication_costs_more_under_spin_than_under_block() -> None:
     assert barrier_c > 0  # spinning takes CPU from the compute jobs
     assert alltoall_c > 2 * barrier_c  # 4 rounds of 2 ms waits per iteration against one 2 ms barrier
     assert alltoall_a > 0 and alltoall_a >= barrier_a  # and the spinning job itself gets slower too
+
+
+def test_generator_profile_lengths_follow_each_profile_times_scale() -> None:
+    gen = {
+        "count": 30,
+        "mean_interarrival_s": 1.0,
+        "duration": {"dist": "profile", "scale": 0.5},
+        "size": {"min": 4, "max": 8},
+        "classes": [{"name": "BT", "app": {"profile": "BT"}}, {"name": "IS", "app": {"profile": "IS"}}],
+    }
+    jobs = build(load(doc=_scn(generator=gen)))
+    assert {j.spec.job_class for j in jobs} == {"BT", "IS"}
+    for j in jobs:
+        assert j.app.iterations == round(profiles.get(j.spec.job_class).iterations() * 0.5)
+    # BT (53.1 s in table 2) runs far longer than IS (1.0 s): the spread paper 003's workload has.
+    bt = next(j for j in jobs if j.spec.job_class == "BT").spec.estimate
+    is_ = next(j for j in jobs if j.spec.job_class == "IS").spec.estimate
+    assert bt > 20 * is_
+
+
+def test_generator_profile_lengths_need_a_profile_in_every_class() -> None:
+    gen = {
+        "count": 2,
+        "mean_interarrival_s": 1.0,
+        "duration": {"dist": "profile"},
+        "classes": [{"name": "BT", "app": {"profile": "BT"}}, {"name": "plain", "app": {"gcomp": 10}}],
+    }
+    with pytest.raises(ScenarioError, match=r"(?s)duration.dist profile.*plain.*profile"):
+        load(doc=_scn(generator=gen))

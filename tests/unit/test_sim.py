@@ -256,7 +256,7 @@ def test_event_format():
     assert all(e["unit"] == "barriers" and e["src"] == "node1" for e in prog)
     sw = of_kind(events, "slot_switch")[0]
     assert set(sw) == {"t", "wall", "src", "kind", "node", "slot", "at", "effect", "late_ms"}
-    assert set(of_kind(events, "slot_planned")[0]) == {"t", "wall", "src", "kind", "slot", "at"}
+    assert set(of_kind(events, "slot_planned")[0]) == {"t", "wall", "src", "kind", "slot", "at", "rows"}
 
 
 def test_duration_kills_unfinished_jobs():

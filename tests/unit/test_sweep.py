@@ -349,3 +349,20 @@ def test_plots_are_written_from_rows(tmp_path):
     paths = sweep.plot(tmp_path, rows, "t")
     assert sorted(p.name for p in paths) == sorted([f"{m}.png" for m in sweep.METRICS] + ["jobs.png"])
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
+
+
+def test_optional_metrics_are_compared_when_a_variant_has_them(tmp_path):
+    """Paired share and per-class barrier rates become columns, table rows and plots; absent ones do not."""
+    rows = [
+        {"variant": "gang", "status": "ok", "quanta_paired_fraction": 0.0, "barriers_per_s.io": 2.0},
+        {"variant": "paired", "status": "ok", "quanta_paired_fraction": 0.7, "barriers_per_s.io": 7.5},
+    ]
+    names = {p.name for p in sweep.plot(tmp_path, rows, "t")}
+    assert {"quanta_paired_fraction.png", "barriers_per_s.io.png"} <= names
+    assert sweep.metric_label("barriers_per_s.io") == "barriers/s, io"
+    from rich.console import Console
+
+    con = Console(record=True, width=200)
+    con.print(sweep.table(rows))
+    text = con.export_text()
+    assert "barriers/s, io" in text and "7.500" in text and "0.700" in text
