@@ -98,6 +98,7 @@ class Comm:
         send_wait: str = "none",
         recv_timeout_s: float | None = None,
         connect_timeout_s: float = 10.0,
+        node: int | None = None,
     ) -> None:
         if not 0 <= rank < len(nics):
             raise CommError(f"rank {rank} out of range for {len(nics)} NIC addresses")
@@ -138,7 +139,9 @@ class Comm:
         for addr in self.nics:
             if addr not in self._socks:
                 sock = _connect(addr, connect_timeout_s)
-                sock.sendall(HEADER.pack(len(peer_body), PEER, 0, 0, rank, 0, 0) + peer_body)
+                # The node travels so that a NIC can say where a peer that died was.
+                node_id = node + 1 if node is not None else 0
+                sock.sendall(HEADER.pack(len(peer_body), PEER, 0, 0, rank, node_id, 0) + peer_body)
                 self._socks[addr] = sock
         self._by_rank = [self._socks[addr] for addr in self.nics]
         ftype, *_, gmode = self._read_frame(self._local)
@@ -161,6 +164,7 @@ class Comm:
                 spin_us=float(env.get("TB_SPIN_US", "300")),
                 send_wait=env.get("TB_SEND_WAIT") or "none",
                 recv_timeout_s=float(timeout) if timeout else None,
+                node=int(env["TB_NODE"]) if env.get("TB_NODE") else None,
             )
         except KeyError as exc:
             raise CommError(f"environment variable {exc.args[0]} is not set (the agent sets it)") from None

@@ -72,7 +72,7 @@ HEADER = struct.Struct("!IBBHiii")
 # The reserved field ("H"), in a frame a worker sends to its own NIC: how many pushed messages the worker
 # consumed since its previous frame (standing receive only; 0 otherwise). Other NICs ignore it.
 HELLO = 1  # worker -> own NIC: a=rank, b=pid, body=job id; the worker then waits for GO
-PEER = 2  # worker -> any NIC it sends to: a=rank, body=job id + "\n" + the worker's own node NIC address
+PEER = 2  # worker -> any NIC it sends to: a=rank, b=its node + 1 (0: unknown), body=job id + "\n" + own NIC
 GO = 3  # NIC -> worker: start; mode=1: standing receive (the NIC pushes messages, the worker sends no RECV)
 DATA = 4  # worker -> NIC: a=src rank, b=dst rank, c=tag, body=payload; forwarded unchanged to the receiver;
 # mode=1: the sender waits for the acknowledgement of the message's arrival here (DELIVERED)
@@ -155,6 +155,7 @@ class _Conn(asyncio.BufferedProtocol):
         self.local = False  # the worker's own-node connection (HELLO), which carries RECVs
         self.src_link: str | None = None  # source node NIC address for link emulation; None = this node
         self.ack_to: str | None = None  # PEER: the worker's own NIC, where acknowledgements go
+        self.peer_node: int | None = None  # PEER: the worker's node, when it says (failure reasons)
         self.nic_peer: str | None = None  # a connection from another NIC (NIC_HELLO): its address
         self.out_to: str | None = None  # a connection to another NIC, opened by this one: its address
         self.bye = False
@@ -447,6 +448,7 @@ class Nic:
             conn.rank = a
             conn.src_link = None if src_nic == self.address else src_nic
             conn.ack_to = src_nic
+            conn.peer_node = b - 1 if b > 0 else None
         elif ftype == BYE:
             conn.bye = True
         elif ftype == ACK:
@@ -618,7 +620,9 @@ class Nic:
         if not conn.bye and conn.job not in self._failed:
             # The worker died (no BYE): no receiver of its job waiting here may ever be answered, so
             # fail them now rather than let them hang (the job has failed anyway).
-            reason = f"rank {conn.rank} of job {conn.job} disconnected without closing (died?)"
+            node = self.node if conn.local else conn.peer_node
+            where = f" on node {node}" if node is not None else ""
+            reason = f"rank {conn.rank}{where} of job {conn.job} disconnected without closing (died?)"
             self._failed[conn.job] = reason
             for (job, _), rx in self._rx.items():
                 # A standing receive may block without the NIC knowing: tell every receiver of the job.

@@ -274,16 +274,8 @@ class NoEnvelope(Envelope):
     kind = "none"
     fixes_rate = False
 
-    def __init__(
-        self,
-        run_id: str,
-        node: int,
-        cpu_rate: float,
-        tdf: float,
-        cores: int = 1,
-        period_us: int = CFS_PERIOD_US,
-    ) -> None:
-        super().__init__(run_id, node, cpu_rate, tdf, cores, period_us)
+    def __init__(self, *args, **kwargs) -> None:  # Envelope's arguments
+        super().__init__(*args, **kwargs)
         # pid -> (start time in ticks, last CPU seconds seen): the start time guards against pid reuse, and
         # the last value keeps a dead process's CPU in the cumulative total.
         self._procs: dict[int, tuple[int, float]] = {}
@@ -346,16 +338,8 @@ class CgroupV1Envelope(Envelope):
     kind = "cgroup-v1"
     fixes_rate = True
 
-    def __init__(
-        self,
-        run_id: str,
-        node: int,
-        cpu_rate: float,
-        tdf: float,
-        cores: int = 1,
-        period_us: int = CFS_PERIOD_US,
-    ) -> None:
-        super().__init__(run_id, node, cpu_rate, tdf, cores, period_us)
+    def __init__(self, *args, **kwargs) -> None:  # Envelope's arguments
+        super().__init__(*args, **kwargs)
         mounts = {}
         for ctrl in ("cpu", "cpuacct", "freezer"):
             mnt, why = _v1_mount(ctrl)
@@ -367,7 +351,7 @@ class CgroupV1Envelope(Envelope):
                 )
             mounts[ctrl] = mnt
         self.mounts = mounts
-        rel = os.path.join(TOP, run_id, self.name)
+        rel = os.path.join(TOP, self.run_id, self.name)
         self.dirs = {c: os.path.join(m, rel) for c, m in mounts.items()}
         # Distinct directories (cpu and cpuacct are one when co-mounted), in join order: the freezer last,
         # so that a process never sits frozen while still outside the cpu quota.
@@ -478,22 +462,14 @@ class CgroupV2Envelope(Envelope):
     kind = "cgroup-v2"
     fixes_rate = True
 
-    def __init__(
-        self,
-        run_id: str,
-        node: int,
-        cpu_rate: float,
-        tdf: float,
-        cores: int = 1,
-        period_us: int = CFS_PERIOD_US,
-    ) -> None:
-        super().__init__(run_id, node, cpu_rate, tdf, cores, period_us)
+    def __init__(self, *args, **kwargs) -> None:  # Envelope's arguments
+        super().__init__(*args, **kwargs)
         why = probe_v2()
         if why is not None:
             raise EnvelopeUnavailable(f"cgroup-v2 envelope unavailable: {why}")
         self.mount = _v2_mount()[0]
         assert self.mount is not None
-        self.dir = os.path.join(self.mount, TOP, run_id, self.name)
+        self.dir = os.path.join(self.mount, TOP, self.run_id, self.name)
         self.quota_us = self._quota_us()
         self._procs_file = os.path.join(self.dir, "cgroup.procs")
 
