@@ -120,10 +120,16 @@ def run_ray(
             ray.get([a.record_probe.remote(p) for a, p in zip(agents, probes, strict=True)])
             ipu = int(statistics.median(p["iters_per_unit"] for p in probes))
             facts["cpu_rate_error_max"] = max(abs(p["error"]) for p in probes)
-        else:
+        elif scn.clock.iters_per_unit is None:
             from testbed.apps.work import calibrate
 
             ipu = calibrate()
+        else:
+            ipu = scn.clock.iters_per_unit
+        if scn.clock.iters_per_unit is not None:
+            # Pinned (by the scenario, or by the first run of a sweep): the probe still measures the rate,
+            # and what it would have calibrated is kept for the record.
+            facts["iters_per_unit_probed"], ipu = ipu, scn.clock.iters_per_unit
         facts["iters_per_unit"] = ipu
 
         phase("running")

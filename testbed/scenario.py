@@ -68,6 +68,13 @@ class ClockConfig(_Model):
     control_reserve_cores: float = Field(
         0.3, ge=0, description="host cores left to agents, coordinator and Ray when tdf is auto"
     )
+    iters_per_unit: int | None = Field(
+        None,
+        ge=1,
+        description="work-loop iterations per work unit (1 ms of CPU at rate 1); null = calibrated by "
+        "each run's rate probe. Repetitions and sweep variants after the first reuse its value, so "
+        "every run of one `testbed run` does the same work",
+    )
 
     @field_validator("tdf")
     @classmethod
