@@ -185,7 +185,9 @@ def _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice) -> li
             try:
                 for rep in range(reps):
                     run_dir = vdir if reps == 1 else vdir / f"rep-{rep + 1}"
-                    vscn = v.scenario if pinned is None else _with_work_unit(v.scenario, pinned)
+                    vscn = v.scenario
+                    if pinned is not None and vscn.clock.iters_per_unit is None:  # a variant's own wins
+                        vscn = _with_work_unit(vscn, pinned)
                     res.summaries.append(run_once(vscn, backend, run_dir, on_status, phase, prometheus, say))
                     if pinned is None:
                         pinned = pin_work_unit(vscn, res.summaries[-1], say).clock.iters_per_unit
