@@ -113,24 +113,25 @@ def run_ray(
             nodes_sd = [(i["node"], i["metrics"]) for i in infos]
             _write_targets(run_dir, run_id, nodes_sd, None, mon)
 
+        pinned = scn.clock.iters_per_unit
         if scn.clock.rate_probe_s > 0:
             phase(f"probing CPU rate ({scn.clock.rate_probe_s:g} s at full load)")
             start_at = time.monotonic() + PROBE_START_DELAY_S
             probes = ray.get([a.probe.remote(scn.clock.rate_probe_s, start_at) for a in agents])
             ray.get([a.record_probe.remote(p) for a, p in zip(agents, probes, strict=True)])
-            ipu = int(statistics.median(p["iters_per_unit"] for p in probes))
+            probed = int(statistics.median(p["iters_per_unit"] for p in probes))
             facts["cpu_rate_error_max"] = max(abs(p["error"]) for p in probes)
-        elif scn.clock.iters_per_unit is None:
+        elif pinned is None:
             from testbed.apps.work import calibrate
 
-            ipu = calibrate()
+            probed = calibrate()
         else:
-            ipu = scn.clock.iters_per_unit
-        if scn.clock.iters_per_unit is not None:
+            probed = None
+        if pinned is not None:
             # Pinned (by the scenario, or by the first run of a sweep): the probe still measures the rate,
             # and what it would have calibrated is kept for the record.
-            facts["iters_per_unit_probed"], ipu = ipu, scn.clock.iters_per_unit
-        facts["iters_per_unit"] = ipu
+            facts["iters_per_unit_probed"] = probed
+        ipu = facts["iters_per_unit"] = pinned if pinned is not None else probed
 
         phase("running")
         coordinator = Coord.remote(
