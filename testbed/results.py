@@ -165,6 +165,20 @@ def summarize(events: list[dict], facts: RunFacts) -> dict:
     return out
 
 
+#: Marks the per-class progress rates in a summary: ``<unit>_per_s.<class>``.
+RATE_MARK = "_per_s."
+
+
+def is_rate(key: str) -> bool:
+    return RATE_MARK in key
+
+
+def rate_label(key: str) -> str:
+    """``barriers_per_s.io`` -> ``barriers/s, io``."""
+    unit, cls = key.split(RATE_MARK, 1)
+    return f"{unit}/s, {cls}"
+
+
 def progress_rates(events: list[dict]) -> dict[str, float]:
     """Paper 002's metric, per job class: ``<unit>_per_s.<class>`` (unit "barriers", or "iterations" for
     point-to-point patterns), the mean over the class's jobs of progress / time from the job's start to
@@ -185,7 +199,7 @@ def progress_rates(events: list[dict]) -> dict[str, float]:
     rates: dict[str, list[float]] = defaultdict(list)
     for (job, unit), (value, t) in last.items():
         if t > start[job]:
-            rates[f"{unit}_per_s.{cls.get(job, 'default')}"].append(value / (t - start[job]))
+            rates[f"{unit}{RATE_MARK}{cls.get(job, 'default')}"].append(value / (t - start[job]))
     return {k: sum(v) / len(v) for k, v in sorted(rates.items())}
 
 
@@ -262,8 +276,8 @@ def table(summaries: list[dict], title: str = "results"):
         ("gang switch skew p99", lambda s: fmt(s["gang_skew_ms_p99"], " ms")),
         ("quanta paired", lambda s: fmt(s.get("quanta_paired_fraction"))),
     ]
-    for key in sorted({k for s in summaries for k in s if "_per_s." in k}):
-        rows.append((key.replace("_per_s.", "/s, "), lambda s, key=key: fmt(s.get(key))))
+    for key in sorted({k for s in summaries for k in s if is_rate(k)}):
+        rows.append((rate_label(key), lambda s, key=key: fmt(s.get(key))))
     for name, f in rows:
         t.add_row(name, *[f(s) for s in summaries])
     return t

@@ -48,15 +48,14 @@ OPTIONAL_METRICS = ("quanta_paired_fraction",)
 
 
 def is_metric(name: str) -> bool:
-    return name in METRICS or name in OPTIONAL_METRICS or "_per_s." in name
+    return name in METRICS or name in OPTIONAL_METRICS or results.is_rate(name)
 
 
 def metric_label(name: str) -> str:
     if name in _LABELS:
         return _LABELS[name]
-    if "_per_s." in name:
-        unit, cls = name.split("_per_s.", 1)
-        return f"{unit}/s, {cls}"
+    if results.is_rate(name):
+        return results.rate_label(name)
     return name.replace("_", " ")
 
 
@@ -318,7 +317,7 @@ def comparison_rows(res: list[VariantResult], keys: list[str] | None = None) -> 
     multi = any(r.variant.scenario.repetitions > 1 for r in res)
     found = {k for r in res for s in r.summaries for k, v in s.items() if v is not None and is_metric(k)}
     metrics = [*METRICS, *(m for m in OPTIONAL_METRICS if m in found)]
-    metrics += sorted(k for k in found if "_per_s." in k)
+    metrics += sorted(k for k in found if results.is_rate(k))
     rows = []
     for r in res:
         eff = r.variant.scenario.model_dump(mode="json")
