@@ -807,18 +807,13 @@ class Simulation:
         app = p.app
         if app.barrier and p.plan is None:
             p.barriers += 1
-            if p.barriers % 10 == 0 or p.barriers == app.iterations:
-                self._emit(
-                    p.node.writer,
-                    ev.PROGRESS,
-                    self.now,
-                    node=p.node.idx,
-                    job=p.proc.job_id,
-                    rank=p.rank,
-                    unit="barriers",
-                    value=p.barriers,
-                )
-        elif p.plan is not None and (p.it % 10 == 0 or p.it == app.iterations):
+            unit, value = "barriers", p.barriers
+        elif p.plan is not None:
+            unit, value = "iterations", p.it
+        else:
+            unit, value = None, 0
+        # Every 10th and the last, like the real worker's reports but fewer.
+        if unit is not None and (value % 10 == 0 or value == app.iterations):
             self._emit(
                 p.node.writer,
                 ev.PROGRESS,
@@ -826,8 +821,8 @@ class Simulation:
                 node=p.node.idx,
                 job=p.proc.job_id,
                 rank=p.rank,
-                unit="iterations",
-                value=p.it,
+                unit=unit,
+                value=value,
             )
         if p.it >= app.iterations:
             self._exit(p)
