@@ -92,6 +92,9 @@ def _stderr_tail(path: str, limit: int = 400) -> str:
 class NodeAgent:
     def __init__(self, cfg: NodeConfig | dict) -> None:
         self.cfg = cfg if isinstance(cfg, NodeConfig) else NodeConfig(**cfg)
+        if not os.path.isabs(self.cfg.run_dir):
+            # Workers run in other working directories: a relative path would name another place there.
+            raise ValueError(f"run_dir must be absolute, got {self.cfg.run_dir!r}")
         self.node = self.cfg.node
         self.run_dir = Path(self.cfg.run_dir)
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)

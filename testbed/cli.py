@@ -126,12 +126,33 @@ def run(
         out.print(sweep.table(summaries, title=title))
         out.print(f"comparison: {dest / 'comparison.csv'}; plots: {dest / 'plots'}")
         out.print(f"results: {dest}")
+        bad = [
+            f"variant {r['variant']}: " + (r["error"] or r["not_as_planned"])
+            for r in summaries
+            if r["status"] != sweep.OK or r.get("not_as_planned")
+        ]
+        _exit_on(bad)
         return
     out.print(results.table(summaries, title=f"{scn.name}: {scn.scheduler.name}, {scn.cluster.nodes} nodes"))
     for s in summaries:
         if s.get("envelope_note"):
             err.print(f"[yellow]warning:[/yellow] {s['envelope_note']}")
     out.print(f"results: {dest}")
+    _exit_on([results.unplanned_line(b) for s in summaries for b in s.get("jobs_not_as_planned") or ()])
+
+
+#: Exit status of a run in which some job did not end as the scenario planned (failed by an error, or
+#: killed by anything but the scenario's duration).
+EXIT_JOBS_FAILED = 3
+
+
+def _exit_on(problems: list[str]) -> None:
+    """Exit 3 with one line per job (or variant) that did not end as planned; nothing when all did."""
+    if not problems:
+        return
+    for line in problems:
+        err.print(f"[red]error:[/red] {line}", highlight=False)
+    raise typer.Exit(EXIT_JOBS_FAILED)
 
 
 @app.command()

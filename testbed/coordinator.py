@@ -139,7 +139,7 @@ class Coordinator:
         for jr in self.jobs.values():
             loop.call_at(self.clock.real_at(jr.job.spec.submit_time), self._submit, jr)
         if self.duration_s is not None:
-            loop.call_at(self.clock.real_at(self.duration_s), self._end, "scenario duration reached")
+            loop.call_at(self.clock.real_at(self.duration_s), self._end, ev.DURATION_REACHED)
         loop.call_later(HEALTH_PERIOD_REAL_S, self._health)
         if self.metrics is not None:
             loop.call_later(self._metrics_period, self._metrics_tick)

@@ -33,6 +33,9 @@ RATE_PROBE = "rate_probe"  # node, configured, delivered, error
 NODE_DOWN = "node_down"  # node, reason
 RUN_INFO = "run_info"  # free-form facts about the run (tdf, envelope, priority obtained)
 
+#: The reason a job is killed when the scenario's ``duration_s`` ends the run: the one kill that was planned.
+DURATION_REACHED = "scenario duration reached"
+
 
 class EventWriter:
     """Appends events as JSON lines; each line is flushed so a crash loses at most the line in flight."""

@@ -116,6 +116,26 @@ def job_rows(events: list[dict]) -> list[dict]:
     return rows
 
 
+def unplanned(rows: list[dict]) -> list[dict]:
+    """Jobs that did not end as the scenario planned: the planned ends are completed, rejected by the
+    policy, or killed because ``duration_s`` ended the run. Each as {job, state, reason}."""
+    bad = []
+    for r in rows:
+        state, reason = r["final_state"], r.get("reason") or ""
+        if state in (COMPLETED, REJECTED) or (state == KILLED and reason.startswith(ev.DURATION_REACHED)):
+            continue
+        bad.append({"job": r["job_id"], "state": state, "reason": reason})
+    return bad
+
+
+def unplanned_line(bad: dict) -> str:
+    """One line for a job that did not end as planned: ``job io-a failed: <reason>``."""
+    state = {FAILED: "failed", KILLED: "was killed", NOT_STARTED: "never started"}.get(
+        bad["state"], bad["state"]
+    )
+    return f"job {bad['job']} {state}" + (f": {bad['reason']}" if bad["reason"] else "")
+
+
 def summarize(events: list[dict], facts: RunFacts) -> dict:
     rows = job_rows(events)
     done = [r for r in rows if r["final_state"] == COMPLETED]
@@ -160,6 +180,7 @@ def summarize(events: list[dict], facts: RunFacts) -> dict:
         "gang_skew_ms_p99": _pct(skews, 99),
         "slot_switches": len(skews),
         "quanta_paired_fraction": paired_fraction(events),
+        "jobs_not_as_planned": unplanned(rows),
     }
     out.update(progress_rates(events))
     return out

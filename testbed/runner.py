@@ -43,6 +43,8 @@ def run_once(
     path); ``notice(text)`` receives lines for the user (where to look)."""
     if backend not in BACKENDS:
         raise ValueError(f"--backend: unknown backend '{backend}'; known: {', '.join(BACKENDS)}")
+    # Agents and workers run in other working directories: every path handed to them is absolute.
+    run_dir = Path(run_dir).absolute()
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scn.model_dump(mode="json"), sort_keys=False))
     jobs = build(scn)
@@ -131,7 +133,8 @@ def run(
     for rep in range(scn.repetitions):
         run_dir = out if scn.repetitions == 1 else out / f"rep-{rep + 1}"
         summaries.append(run_once(scn, backend, run_dir, on_status, on_phase, prometheus, notice))
-        scn = pin_work_unit(scn, summaries[-1], notice)
+        if rep + 1 < scn.repetitions:
+            scn = pin_work_unit(scn, summaries[-1], notice)
     if scn.repetitions > 1:
         (out / "summaries.json").write_text(json.dumps(summaries, indent=2) + "\n")
     return summaries

@@ -333,6 +333,13 @@ def comparison_rows(res: list[VariantResult], keys: list[str] | None = None) -> 
             row[m] = mean
             if multi:
                 row[f"{m}_stdev"] = statistics.stdev(vals) if len(vals) > 1 else None
+        bad = [b for s in r.summaries for b in s.get("jobs_not_as_planned") or ()]
+        row["jobs_not_as_planned"] = len(bad)
+        row["not_as_planned"] = (
+            results.unplanned_line(bad[0]) + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
+            if bad
+            else None
+        )
         row["error"] = r.error
         rows.append(row)
     return rows

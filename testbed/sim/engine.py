@@ -82,7 +82,7 @@ CFS_WEIGHTS = (
 #: rounding of predicted completion times.
 EPS = 1e-9
 
-KILLED_REASON = "scenario duration reached"
+KILLED_REASON = ev.DURATION_REACHED
 STALL_LIMIT = 20_000  # periodic events in a row with nothing else pending: nothing can progress
 
 # Process phases. _LEAVE and _ROUND_END follow a completed receive, after the sends that go with it (a

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,12 +32,31 @@ def _jobs(out: Path) -> dict[str, dict]:
         return {r["job_id"]: r for r in csv.DictReader(fh)}
 
 
+def readme_run_command() -> str:
+    """The README's first command, after its install step: what a newcomer types."""
+    text = (ROOT / "README.md").read_text()
+    line = next(ln for ln in text.splitlines() if "pip install" in ln and "testbed run" in ln)
+    return line.split("&&", 1)[1].strip()
+
+
+def test_readme_command_is_the_quickstart():
+    assert readme_run_command() == "testbed run scenarios/quickstart.yaml"
+
+
 @pytest.mark.slow
 def test_quickstart_on_real_processes_and_in_the_simulator(tmp_path):
-    real, sim = tmp_path / "real", tmp_path / "sim"
-    p = _cli("run", str(QUICKSTART), "--out", str(real), timeout=600)
+    # The README's command exactly as written: relative scenario path, no --out, the default results
+    # folder, run from a checkout (here a copy of its scenarios/ in a fresh folder).
+    shutil.copytree(ROOT / "scenarios", tmp_path / "scenarios")
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    p = subprocess.run(
+        readme_run_command(), shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "mean response time" in p.stdout and f"results: {real}" in p.stdout
+    (real,) = (tmp_path / "results").glob("quickstart-ray-*")
+    sim = tmp_path / "sim"
+    assert "mean response time" in p.stdout and f"results: {real.relative_to(tmp_path)}" in p.stdout
     assert wait_clean(real) == ([], [])
 
     for name in ("events.jsonl", "jobs.csv", "summary.json", "scenario.yaml"):

@@ -216,7 +216,19 @@ def test_comparison_csv_one_row_per_variant(tmp_path):
     vs = _variants()
     res = [
         sweep.VariantResult(vs[0], [_summary(4.0, 0.5)], sweep.OK),
-        sweep.VariantResult(vs[1], [_summary(None, 0.25, done=0, killed=2, rejected=1)], sweep.OK),
+        sweep.VariantResult(
+            vs[1],
+            [
+                {
+                    **_summary(None, 0.25, done=0, killed=2, rejected=1),
+                    "jobs_not_as_planned": [
+                        {"job": "j1", "state": results.KILLED, "reason": "interrupted (Ctrl-C)"},
+                        {"job": "j2", "state": results.KILLED, "reason": "interrupted (Ctrl-C)"},
+                    ],
+                }
+            ],
+            sweep.OK,
+        ),
         sweep.VariantResult(vs[2], [], sweep.FAILED, "RuntimeError: boom"),
     ]
     rows = sweep.comparison_rows(res)
@@ -234,6 +246,8 @@ def test_comparison_csv_one_row_per_variant(tmp_path):
         "repetitions",
         *sweep.METRICS,
         *sweep.JOB_STATES,
+        "jobs_not_as_planned",
+        "not_as_planned",
         "error",
     ]
     assert [r["variant"] for r in got] == ["batch", "gang", "broken"]
@@ -248,6 +262,9 @@ def test_comparison_csv_one_row_per_variant(tmp_path):
     assert x["scheduler.params"] == '{"mpl":2}'  # the gang quantum dropped for local
     assert b["mean_response_time_s"] == "4.0" and b["mean_waiting_time_s"] == "2.0"
     assert b["energy_j"] == "12345.678" and b["jobs_completed"] == "3" and b["jobs_failed"] == "0"
+    assert b["jobs_not_as_planned"] == "0" and b["not_as_planned"] == ""
+    assert g["jobs_not_as_planned"] == "2"
+    assert g["not_as_planned"] == "job j1 was killed: interrupted (Ctrl-C) (and 1 more)"
     assert g["mean_response_time_s"] == "" and g["utilization"] == "0.25"
     assert (g["jobs_completed"], g["jobs_killed"], g["jobs_rejected"]) == ("0", "2", "1")
     assert (x["status"], x["repetitions"], x["error"], x["utilization"]) == (
