@@ -89,15 +89,37 @@ class Dispatch:
     rows: tuple[int, ...] = ()
 
 
-GlobalAction = Reject | Start | Dispatch
+@dataclass(frozen=True)
+class Kill:
+    """End a running job now (its processes are killed); it ends as killed, with ``reason``. The policy has
+    already released what the job held: the owner does not call :meth:`GlobalPolicy.finished` for it."""
+
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """Stop a running job and put it back in the queue: its processes are killed and a later
+    :class:`Start` runs it again from the beginning. The policy has already taken it back into its own
+    queue: the owner does not call :meth:`GlobalPolicy.finished` or :meth:`GlobalPolicy.submit` for it."""
+
+    job_id: str
+    reason: str
+
+
+GlobalAction = Reject | Start | Dispatch | Kill | Requeue
 
 
 class GlobalPolicy(ABC):
     """Admission and allocation across the cluster.
 
-    The owner calls :meth:`submit` when a job arrives, :meth:`finished` when one ends (any final state),
-    and :meth:`tick` at (or just after) the time last returned by :meth:`next_tick`. Each returns the
-    actions to carry out, in order.
+    The owner calls :meth:`submit` when a job arrives, :meth:`finished` when one ends (any final state
+    but one the policy caused by :class:`Kill` or :class:`Requeue`), :meth:`tick` at (or just after) the
+    time last returned by :meth:`next_tick`, and :meth:`node_down` / :meth:`node_up` when a node fails or
+    comes back. Each returns the actions to carry out, in order. The owner applies them in one place
+    (testbed/core.py), which refuses an action that cannot be carried out (an unknown job, a node out of
+    range or down, a node beyond :meth:`max_jobs_per_node`) with an error naming the policy.
     """
 
     #: True when the policy needs each process's CPU use per quantum (:meth:`utilization`); owners skip
@@ -112,6 +134,26 @@ class GlobalPolicy(ABC):
         self.nodes = nodes
         self.params = dict(params)
         self.seed = seed
+        #: Nodes that are down now (:meth:`node_down`); a policy must not place a job on one.
+        self.down: set[int] = set()
+
+    def max_jobs_per_node(self) -> int | None:
+        """How many jobs may hold one node at once under this policy (1 for space sharing, the MPL for
+        time sharing), or None when the policy does not bound it. The owner refuses a Start beyond it."""
+        return None
+
+    def node_down(self, now: float, node: int) -> list[GlobalAction]:
+        """``node`` failed. The jobs that ran on it have already been ended (failed, or stopped to be
+        requeued, as the scenario says) and :meth:`finished` called for each; the requeued ones are
+        submitted again right after this call. From now on no job may be placed there. The default
+        records it in :attr:`down`."""
+        self.down.add(node)
+        return []
+
+    def node_up(self, now: float, node: int) -> list[GlobalAction]:
+        """``node`` is back (empty) and may be used again. The default removes it from :attr:`down`."""
+        self.down.discard(node)
+        return []
 
     def set_node_memory(self, mb: float | None) -> None:
         """Tells the policy how much memory (MB) each node has; None disables memory checks."""

@@ -14,8 +14,8 @@ class AgentActor(NodeAgent):
         notify = None
         if coordinator is not None:
 
-            def notify(kind, payload, _h=coordinator):
-                _h.on_node_event.remote(kind, payload)
+            def notify(msg, _h=coordinator):
+                _h.on_node_event.remote(msg)
 
         return super().set_run(t0, iters_per_unit, notify)
 

@@ -27,6 +27,7 @@ from testbed.loop import LoopThread
 from testbed.mechanism.envelope import make_envelope
 from testbed.mechanism.priority import raise_process_nice, raise_thread_priority
 from testbed.mechanism.process import Worker, spawn
+from testbed.messages import ProcExit, QuantumUsage, SlotSwitches
 from testbed.nic import Nic
 from testbed.schedulers import registry
 from testbed.schedulers.base import (
@@ -36,13 +37,16 @@ from testbed.schedulers.base import (
     ProcExited,
     SlotStart,
     Timer,
-    UtilizationSample,
 )
 
 #: How often (emulated s) live processes' CPU time is sampled when nothing else samples it.
 SAMPLE_PERIOD_S = 1.0
 #: Python's default (5 ms) lets a busy thread keep the GIL for 5 ms after the timer thread asks for it.
 GIL_SWITCH_INTERVAL_S = 0.0005
+
+
+class NodeDownError(RuntimeError):
+    """The node is down (a scripted fault): it starts no process until it is up again."""
 
 
 @dataclass
@@ -104,12 +108,12 @@ class NodeAgent:
         self.events = ev.EventWriter(self.run_dir / "events" / f"node{self.node}.jsonl", f"node{self.node}")
         self.sched = registry.get(self.cfg.scheduler)
         self.policy = self.sched.make_local(self.node, self.cfg.params, self.cfg.seed)
-        self.wants_util = getattr(self.policy, "wants_utilization", False)
         # Paired gang predicts from each process's CPU use per quantum: report it to the coordinator.
         self.report_quanta = getattr(self.sched.global_policy, "wants_utilization", False)
         self.procs: dict[Proc, _ProcState] = {}
         self.exits: list[dict] = []
-        self.notify: Callable[[str, dict], Any] | None = None
+        self.notify: Callable[[Any], Any] | None = None  # reports to the coordinator (testbed/messages.py)
+        self.down: str | None = None  # why the node is down (a scripted fault), or None
         self.iters_per_unit: int | None = None
         self.switches = 0
         self.closed = False
@@ -175,10 +179,9 @@ class NodeAgent:
     def ping(self) -> int:
         return self.node
 
-    def set_run(
-        self, t0: float, iters_per_unit: int, notify: Callable[[str, dict], Any] | None = None
-    ) -> None:
-        """Fixes the run's clock and calibration; ``notify(kind, payload)`` reports process exits."""
+    def set_run(self, t0: float, iters_per_unit: int, notify: Callable[[Any], Any] | None = None) -> None:
+        """Fixes the run's clock and calibration; ``notify(message)`` reports to the coordinator (process
+        exits, CPU per quantum, switch times: testbed/messages.py)."""
 
         def _set():
             self.clock = Clock(self.cfg.tdf, t0)
@@ -231,9 +234,16 @@ class NodeAgent:
         if self.metrics is not None:
             self.metrics.rate_error.set(result["error"])
 
-    def start_proc(self, job_id: str, rank: int, size: int, nics: list[str], app: dict) -> int:
-        self._job_class[job_id] = app.get("job_class")
-        argv, env, base = self.lt.call(self._proc_command, job_id, rank, size, nics, app)
+    def start_proc(
+        self, job_id: str, rank: int, argv: list[str], env: dict[str, str], job_class: str | None = None
+    ) -> int:
+        """Starts rank ``rank`` of ``job_id``: ``argv`` with the job's ``env`` on top of the node's own
+        (testbed.jobs.Job.launch says what the job's part holds). Refused while the node is down."""
+        if self.down is not None:
+            raise NodeDownError(f"node {self.node} is down ({self.down})")
+        self._job_class[job_id] = job_class
+        env = self.lt.call(self._env, env)
+        base = self.run_dir / "logs" / f"{job_id}.{rank}"
         worker = self.spawner.submit(
             spawn, argv, env=env, cwd=str(self.run_dir), stdout=f"{base}.out", stderr=f"{base}.err",
             envelope=self.envelope,
@@ -250,6 +260,17 @@ class NodeAgent:
 
     def kill_job(self, job_id: str, reason: str) -> int:
         return self.lt.call(self._kill_job, job_id, reason)
+
+    def set_down(self, down: bool, reason: str = "") -> int:
+        """A scripted node fault: down kills every process of the node and refuses new ones until the node
+        is set up again. Returns the processes killed."""
+
+        def _set():
+            self.down = reason or "down" if down else None
+            self.events.emit(ev.NODE_DOWN if down else ev.NODE_UP, node=self.node, reason=reason)
+            return self._kill_all(f"node {self.node} went down ({reason})", keep_timers=True) if down else 0
+
+        return self.lt.call(_set)
 
     def stats(self) -> dict:
         return self.lt.call(self._stats)
@@ -326,41 +347,6 @@ class NodeAgent:
         env.update(extra)
         return env
 
-    def _proc_command(self, job_id: str, rank: int, size: int, nics: list[str], app: dict):
-        argv = [
-            sys.executable, "-m", "testbed.apps.synthetic",
-            "--iterations", str(app["iterations"]),
-            "--gcomp", repr(float(app["gcomp"])),
-            "--gio", str(app["gio"]),
-            "--io-bytes", str(app["io_bytes"]),
-            "--io-time-ms", repr(float(app["io_time_ms"])),
-            "--wait-mode", app["wait_mode"],
-            "--spin-us", repr(float(app["spin_time_us"])),
-        ]  # fmt: skip
-        if not app.get("barrier", True):
-            argv.append("--no-barrier")
-        # Paper-000 patterns and memory: flags only when not the default, so older command lines stay.
-        if app.get("pattern", "barrier") != "barrier":
-            argv += ["--pattern", app["pattern"]]
-        if app.get("msg_bytes", 0):
-            argv += ["--msg-bytes", str(app["msg_bytes"])]
-        if app.get("msgs", 1) != 1:
-            argv += ["--msgs", str(app["msgs"])]
-        if app.get("memory_mb", 0):
-            argv += ["--memory-mb", repr(float(app["memory_mb"]))]
-        env = self._env(
-            {
-                "TB_JOB": job_id,
-                "TB_RANK": str(rank),
-                "TB_SIZE": str(size),
-                "TB_NICS": ",".join(nics),
-                "TB_WAIT_MODE": app["wait_mode"],
-                "TB_SPIN_US": repr(float(app["spin_time_us"])),
-                "TB_SEND_WAIT": app.get("send_wait", "none"),
-            }
-        )
-        return argv, env, self.run_dir / "logs" / f"{job_id}.{rank}"
-
     def _register(self, proc: Proc, worker: Worker, log: str) -> int:
         now = self.clock.now()
         st = _ProcState(proc, worker, running=True, t_at_sample=now, t_at_switch=now, log=log)
@@ -404,7 +390,7 @@ class NodeAgent:
         if not any(p.job_id == proc.job_id for p in self.procs):
             self.nic.drop_job(proc.job_id)  # frees messages nobody will consume
         if self.notify is not None:
-            self.notify("proc_exited", rec)
+            self.notify(ProcExit(**rec))
 
     def _apply(self, decision: LocalDecision) -> float | None:
         """Brings the processes in line with a decision; returns when the change took effect
@@ -481,21 +467,16 @@ class NodeAgent:
         if samples and self.report_quanta:
             self.events.emit(ev.QUANTUM_CPU, t=now, node=self.node, samples=samples)
             if self.notify is not None:
-                self.notify("utilization", {"node": self.node, "samples": samples})
+                self.notify(QuantumUsage(self.node, tuple(samples)))
 
-    def _sample(self, emit: bool) -> None:
+    def _sample(self) -> None:
         now = self.clock.now()
         for p, st in list(self.procs.items()):
             try:
                 cpu = st.worker.cpu_time_s()
             except (OSError, ValueError):
                 continue
-            dt = now - st.t_at_sample
-            if emit:
-                self.events.emit(ev.PROC_CPU, t=now, node=self.node, job=p.job_id, rank=p.rank, cpu_s=cpu)
-            if self.wants_util and dt > 0:
-                util = (cpu - st.cpu_at_sample) / (dt * self.cfg.cpu_rate * self.cfg.cores)
-                self._apply(self._decide(now, UtilizationSample(p, util, dt)))
+            self.events.emit(ev.PROC_CPU, t=now, node=self.node, job=p.job_id, rank=p.rank, cpu_s=cpu)
             st.cpu_at_sample, st.t_at_sample = cpu, now
 
     def _schedule_sample(self) -> None:
@@ -503,7 +484,7 @@ class NodeAgent:
             self._sampler.cancel()
 
         def tick():
-            self._sample(emit=True)
+            self._sample()
             self._sampler = self.lt.loop.call_later(self.clock.real(SAMPLE_PERIOD_S), tick)
 
         self._sampler = self.lt.loop.call_later(self.clock.real(SAMPLE_PERIOD_S), tick)
@@ -517,11 +498,12 @@ class NodeAgent:
             self.events.emit(ev.RUN_INFO, node=self.node, killed_job=job_id, reason=reason, processes=n)
         return n
 
-    def _kill_all(self, reason: str) -> int:
-        if self._sampler is not None:
-            self._sampler.cancel()
-        if self._metrics_timer is not None:
-            self._metrics_timer.cancel()
+    def _kill_all(self, reason: str, keep_timers: bool = False) -> int:
+        if not keep_timers:
+            if self._sampler is not None:
+                self._sampler.cancel()
+            if self._metrics_timer is not None:
+                self._metrics_timer.cancel()
         procs = list(self.procs)
         for p in procs:
             self._on_exit(p, killed=reason)
@@ -605,7 +587,7 @@ class NodeAgent:
         if self._switch_batch:
             batch, self._switch_batch = self._switch_batch, []
             if self.notify is not None:
-                self.notify("switches", {"node": self.node, "switches": batch})
+                self.notify(SlotSwitches(self.node, tuple(batch)))
 
     def _stats(self) -> dict:
         return {

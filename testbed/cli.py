@@ -166,6 +166,19 @@ def schedulers() -> None:
 
 
 @app.command()
+def apps() -> None:
+    """List the registered program kinds (a job's `app: {kind: ...}`) and their fields."""
+    from testbed.apps import registry as kinds
+
+    for kind in kinds.all_kinds():
+        units = ", ".join(kind.reports.units) or "-"
+        line = f"[bold]{kind.name:<10}[/bold] {kind.summary}  [dim](reports: {units})[/dim]"
+        out.print(line, highlight=False)
+        for name, (default, help_) in kind.fields().items():
+            out.print(f"    {name:<14} {default!r:<10} {help_}", highlight=False)
+
+
+@app.command()
 def validate(
     scenario: Path,
     set_: Annotated[list[str] | None, typer.Option("--set")] = None,

@@ -147,6 +147,8 @@ def run_ray(
             duration_s=scn.duration_s,
             monitoring=mon,
             node_memory_mb=c.memory_mb,
+            faults=scn.faults.as_tuples(),
+            on_node_down=scn.faults.on_node_down,
         )
         if mon:
             _write_targets(run_dir, run_id, nodes_sd, ray.get(coordinator.metrics_address.remote()), mon)

@@ -16,11 +16,13 @@ from typing import IO, Any
 
 # Job lifecycle (source: coordinator)
 JOB_SUBMITTED = "job_submitted"  # job, size, job_class
+JOB_ADMITTED = "job_admitted"  # job (the policy did not reject it on arrival)
 JOB_REJECTED = "job_rejected"  # job, reason
 JOB_STARTED = "job_started"  # job, nodes
 JOB_FINISHED = "job_finished"  # job
 JOB_FAILED = "job_failed"  # job, reason
-JOB_KILLED = "job_killed"  # job, reason (scenario ended first)
+JOB_KILLED = "job_killed"  # job, reason (scenario ended first, or the policy killed it)
+JOB_REQUEUED = "job_requeued"  # job, reason (back in the queue: its node went down, or the policy said so)
 SLOT_PLANNED = "slot_planned"  # slot, at, rows (matrix rows sharing the quantum)
 # Node level (source: nodeN)
 PROC_STARTED = "proc_started"  # job, rank, node, pid
@@ -31,6 +33,7 @@ QUANTUM_CPU = "quantum_cpu"  # node, samples: [[job, rank, utilisation, interval
 PROGRESS = "progress"  # node, job, rank, unit ("barriers"), value (cumulative)
 RATE_PROBE = "rate_probe"  # node, configured, delivered, error
 NODE_DOWN = "node_down"  # node, reason
+NODE_UP = "node_up"  # node
 RUN_INFO = "run_info"  # free-form facts about the run (tdf, envelope, priority obtained)
 
 #: The reason a job is killed when the scenario's ``duration_s`` ends the run: the one kill that was planned.

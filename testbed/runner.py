@@ -65,6 +65,8 @@ def run_once(
             bandwidth_Bps=(
                 scn.cluster.network.bandwidth_mbps * 1e6 / 8 if scn.cluster.network.bandwidth_mbps else None
             ),
+            faults=scn.faults.as_tuples(),
+            on_node_down=scn.faults.on_node_down,
         )
         ev.write_all(events, run_dir / "events.jsonl")
         return results.write(run_dir, events, _facts(scn, "sim", 1.0, "modelled"), {"ended": "simulated"})

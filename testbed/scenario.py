@@ -8,13 +8,21 @@ import copy
 import difflib
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from testbed.jobs import WAIT_MODES, check_pattern
-from testbed.profiles import get as get_profile
+from testbed.apps import registry as kinds
 from testbed.schedulers import registry
 from testbed.schedulers.base import PolicyConfigError
 
@@ -116,51 +124,22 @@ class SchedulerConfig(_Model):
         return self
 
 
-class AppConfig(_Model):
-    """The synthetic program of paper 002 (fig. 6). gcomp is in calibrated work units (1 unit = 1 ms of CPU
-    on a node of rate 1.0); each of the gio writes takes at least io_time_ms emulated.
+def _app_union():
+    """The type of an ``app:`` section: every registered program kind's config model (apps/registry.py),
+    told apart by ``kind`` (absent: the default kind)."""
 
-    Paper 000's best-effort process: ``pattern`` (barrier | ring | neighbour | alltoall | rank0), with
-    ``msgs`` rounds of ``msg_bytes``-byte messages per iteration. ``profile`` (EP, BT, LU, MG, SP, CG, IS;
-    testbed/profiles.py) fills the fields it defines; fields given explicitly override it. Memory is the
-    job's (``memory_mb`` of the job entry or generator class), not the app's."""
+    def kind_of(v):
+        return (v.get("kind") if isinstance(v, dict) else getattr(v, "kind", None)) or kinds.DEFAULT
 
-    kind: Literal["synthetic"] = "synthetic"
-    iterations: int = Field(10, ge=1)
-    gcomp: float = Field(100.0, ge=0)
-    gio: int = Field(0, ge=0)
-    io_bytes: int = Field(8193, ge=1)
-    io_time_ms: float = Field(1.0, ge=0)
-    barrier: bool = True
-    wait_mode: Literal["spin", "block", "spin-block"] = "block"
-    spin_time_us: float = Field(300.0, ge=0)
-    pattern: Literal["barrier", "ring", "neighbour", "alltoall", "rank0"] = "barrier"
-    msg_bytes: int = Field(0, ge=0, description="payload of each point-to-point message (not barrier)")
-    msgs: int = Field(1, ge=0, description="rounds of the pattern per iteration")
-    profile: str | None = Field(None, description="NAS-like profile: EP, BT, LU, MG, SP, CG or IS")
+    members = tuple(Annotated[k.Config, Tag(k.name)] for k in kinds.all_kinds())
+    return Annotated[Union[members], Discriminator(kind_of)]  # noqa: UP007 - built at run time
 
-    @field_validator("profile")
-    @classmethod
-    def _profile_known(cls, v):
-        return None if v is None else get_profile(v).name  # ValueError naming the known profiles
 
-    @model_validator(mode="after")
-    def _does_something(self):
-        f = self.resolved()
-        if f["gcomp"] == 0 and f["gio"] == 0:
-            raise ValueError("gcomp and gio are both 0: the job would do no work; set one of them above 0")
-        check_pattern(f["pattern"], f["msg_bytes"], f["msgs"], f["barrier"])
-        return self
+AppSection = _app_union()
 
-    def resolved(self) -> dict:
-        """The SyntheticApp fields (memory aside): the profile's, then the fields given explicitly."""
-        fields = self.model_dump(exclude={"kind", "profile"})
-        if self.profile is None:
-            return fields
-        out = {**fields, **get_profile(self.profile).app_fields()}
-        for name in self.model_fields_set - {"kind", "profile"}:
-            out[name] = fields[name]
-        return out
+
+def _default_app():
+    return kinds.get(kinds.DEFAULT).Config()
 
 
 class JobEntry(_Model):
@@ -168,7 +147,7 @@ class JobEntry(_Model):
     submit_s: float = Field(0.0, ge=0, description="arrival, emulated seconds after start")
     size: int = Field(..., ge=1)
     job_class: str | None = None
-    app: AppConfig = Field(default_factory=AppConfig)
+    app: AppSection = Field(default_factory=_default_app)
     estimate_s: float | None = Field(None, gt=0)
     memory_mb: float = Field(
         0.0, ge=0, description="per process, allocated for real by each worker; unset: the profile's, else 0"
@@ -176,9 +155,9 @@ class JobEntry(_Model):
     exclusive: bool = False
 
     def memory(self) -> float:
-        """The job's memory per process: explicit, else the app profile's for this size, else 0."""
-        if "memory_mb" not in self.model_fields_set and self.app.profile is not None:
-            return get_profile(self.app.profile).memory_mb(self.size)
+        """The job's memory per process: explicit, else the program's own for this size (a profile's)."""
+        if "memory_mb" not in self.model_fields_set:
+            return kinds.get(self.app.kind).memory_mb(self.app, self.size)
         return self.memory_mb
 
 
@@ -190,15 +169,13 @@ class JobClass(_Model):
 
     name: str
     weight: float = Field(1.0, gt=0)
-    app: AppConfig = Field(default_factory=AppConfig)
+    app: AppSection = Field(default_factory=_default_app)
     memory_mb: float | None = Field(None, ge=0, description="per process; null: the profile's, else 0")
 
     def memory(self, size: int) -> float:
         if self.memory_mb is not None:
             return self.memory_mb
-        if self.app.profile is not None:
-            return get_profile(self.app.profile).memory_mb(size)
-        return 0.0
+        return kinds.get(self.app.kind).memory_mb(self.app, size)
 
 
 class DurationDist(_Model):
@@ -235,7 +212,7 @@ class PoissonGenerator(_Model):
     @model_validator(mode="after")
     def _profiles_for_profile_lengths(self):
         if self.duration.dist == "profile":
-            bare = [c.name for c in self.classes if c.app.profile is None]
+            bare = [c.name for c in self.classes if getattr(c.app, "profile", None) is None]
             if bare:
                 raise ValueError(
                     f"duration.dist profile takes each job's length from its app profile, but class(es) "
@@ -259,6 +236,24 @@ class WorkloadConfig(_Model):
         if dup:
             raise ValueError(f"duplicate job id(s) {', '.join(dup)}; give every job its own id")
         return self
+
+
+class FaultEvent(_Model):
+    at_s: float = Field(..., ge=0, description="emulated seconds after start")
+    node: int = Field(..., ge=0)
+    kind: Literal["down", "up"] = Field(..., description="down: the node fails (its processes die); up: back")
+
+
+class FaultsConfig(_Model):
+    """Node failures: scripted ones (``script``), and what becomes of the jobs running on a node that
+    goes down, scripted or not (an agent that dies): ``fail`` them, or ``requeue`` them to start again
+    from the beginning."""
+
+    on_node_down: Literal["fail", "requeue"] = "fail"
+    script: list[FaultEvent] = Field(default_factory=list)
+
+    def as_tuples(self) -> list[tuple[float, int, str]]:
+        return [(f.at_s, f.node, f.kind) for f in self.script]
 
 
 class SweepVariant(_Model):
@@ -296,6 +291,7 @@ class Scenario(_Model):
     wall_limit_s: float = Field(1800.0, gt=0, description="real-time guard for the whole run")
     repetitions: int = Field(1, ge=1, le=1000)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
+    faults: FaultsConfig = Field(default_factory=FaultsConfig)
     sweep: list[SweepVariant] | None = Field(
         None,
         description="variants run on the same workload and compared (testbed.sweep): a list of "
@@ -326,6 +322,19 @@ class Scenario(_Model):
                 f"workload.generator.size.max ({g.size.max}) is above cluster.nodes ({self.cluster.nodes}); "
                 "lower it or add nodes"
             )
+        state: dict[int, str] = {}
+        for i, f in sorted(enumerate(self.faults.script), key=lambda e: (e[1].at_s, e[0])):
+            where = f"faults.script.{i}"
+            if f.node >= self.cluster.nodes:
+                raise ValueError(
+                    f"{where}.node: node {f.node} does not exist (nodes 0..{self.cluster.nodes - 1})"
+                )
+            if state.get(f.node, "up") == f.kind:
+                raise ValueError(
+                    f"{where}: node {f.node} is already {f.kind} at {f.at_s:g} s; "
+                    "each node alternates down and up"
+                )
+            state[f.node] = f.kind
         return self
 
 
@@ -338,6 +347,9 @@ def _fields_of(model: type[BaseModel], loc: tuple) -> list[str]:
     cur: Any = model
     for part in loc[:-1]:
         if isinstance(part, int):
+            continue
+        if part in kinds.names() and part not in getattr(cur, "model_fields", {}):
+            cur = kinds.get(part).Config  # the tag of an app section: that kind's fields
             continue
         fld = getattr(cur, "model_fields", {}).get(part)
         if fld is None:
@@ -353,11 +365,16 @@ def _fields_of(model: type[BaseModel], loc: tuple) -> list[str]:
 
 def _format_errors(exc: ValidationError) -> str:
     lines = []
+    tags = {"poisson", *kinds.names()}
     for err in exc.errors():
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in ("poisson",)))
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in tags))
         where = ".".join(str(p) for p in loc) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            known = _fields_of(Scenario, loc)
+        if err["type"] == "union_tag_invalid":
+            known = ", ".join(kinds.names())
+            tag = err["ctx"]["tag"]
+            lines.append(f"{where}.kind: unknown program kind '{tag}'; known kinds: {known} (`testbed apps`)")
+        elif err["type"] == "extra_forbidden":
+            known = _fields_of(Scenario, err["loc"])
             near = difflib.get_close_matches(str(loc[-1]), known, n=1)
             hint = f"did you mean '{near[0]}'? " if near else ""
             lines.append(f"{where}: unknown field; {hint}known fields here: {', '.join(known)}")
@@ -447,4 +464,4 @@ def effective_tdf(scn: Scenario, cores: int | None = None) -> float:
     return float(scn.clock.tdf)
 
 
-__all__ = ["Scenario", "ScenarioError", "load", "effective_tdf", "WAIT_MODES"]
+__all__ = ["Scenario", "ScenarioError", "load", "effective_tdf"]

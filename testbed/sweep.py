@@ -213,10 +213,9 @@ def _job_fingerprint(scn: Scenario) -> list[tuple]:
 
     out = []
     for j in build(scn):
-        app = j.app.to_dict()
+        app = j.app.model_dump()
         app.pop("wait_mode", None)
         app.pop("spin_time_us", None)
-        app.pop("send_wait", None)
         out.append((j.spec, tuple(sorted(app.items()))))
     return out
 

@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from testbed.apps.synthetic import Synthetic, SyntheticConfig
 from testbed.apps.work import calibrate
 from testbed.monitoring.metrics import ADMISSION_OUTCOMES, DEADLINE_OUTCOMES, JOB_STATES, PROCESS_STATES
 from testbed.schedulers.base import JobSpec
@@ -22,7 +23,7 @@ from testbed import events as ev
 from testbed import results
 from testbed.agent import NodeAgent, NodeConfig
 from testbed.coordinator import Coordinator, LocalProxy
-from testbed.jobs import Job, SyntheticApp
+from testbed.jobs import Job
 
 NODE_FAMILIES = {
     "testbed_node_cpu_utilization_ratio",
@@ -87,8 +88,8 @@ def test_exporters_of_a_real_gang_run(tmp_path):
                              params=params, monitoring=mon))
         for n in range(nodes)
     ]  # fmt: skip
-    app = SyntheticApp(iterations=10, gcomp=30.0)
-    jobs = [Job(JobSpec(j, nodes, 0.0, estimate=app.ideal_runtime()), app) for j in ("a", "b")]
+    app = SyntheticConfig(iterations=10, gcomp=30.0)
+    jobs = [Job(JobSpec(j, nodes, 0.0, estimate=Synthetic.ideal_runtime(app)), app) for j in ("a", "b")]
     coord = None
     try:
         proxies = [LocalProxy(a, pool) for a in agents]

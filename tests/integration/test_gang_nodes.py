@@ -7,6 +7,7 @@ import concurrent.futures as cf
 import time
 import uuid
 
+from testbed.apps.synthetic import Synthetic, SyntheticConfig
 from testbed.apps.work import calibrate
 from testbed.schedulers.base import JobSpec
 
@@ -14,7 +15,7 @@ from testbed import events as ev
 from testbed import results
 from testbed.agent import NodeAgent, NodeConfig
 from testbed.coordinator import Coordinator, LocalProxy
-from testbed.jobs import Job, SyntheticApp
+from testbed.jobs import Job
 
 
 def _run(tmp_path, scheduler, params, jobs, nodes=4, tdf=2.0, timeout=120.0, keep=None):
@@ -63,8 +64,8 @@ def _run(tmp_path, scheduler, params, jobs, nodes=4, tdf=2.0, timeout=120.0, kee
 
 
 def _job(jid, size, iterations=10, gcomp=30.0, submit=0.0):
-    app = SyntheticApp(iterations=iterations, gcomp=gcomp)
-    return Job(JobSpec(jid, size, submit, estimate=app.ideal_runtime()), app)
+    app = SyntheticConfig(iterations=iterations, gcomp=gcomp)
+    return Job(JobSpec(jid, size, submit, estimate=Synthetic.ideal_runtime(app)), app)
 
 
 def test_gang_time_slices_two_full_size_jobs(tmp_path):
@@ -72,7 +73,7 @@ def test_gang_time_slices_two_full_size_jobs(tmp_path):
     events = _run(tmp_path, "gang", {"mpl": 2, "quantum_ms": 50.0}, jobs)
     rows = {r["job_id"]: r for r in results.job_rows(events)}
     assert all(r["final_state"] == results.COMPLETED for r in rows.values()), rows
-    ideal = jobs[0].app.ideal_runtime()  # 0.3 s alone
+    ideal = Synthetic.ideal_runtime(jobs[0].app)  # 0.3 s alone
     # Both started at once and shared the nodes by time slices: each took about twice as long.
     for r in rows.values():
         assert r["starting_time"] < 0.05

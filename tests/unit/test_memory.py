@@ -5,11 +5,12 @@ scheduler (batch, local, gang, paired, the coscheduling family) honours it, in t
 from __future__ import annotations
 
 import pytest
+from testbed.apps.synthetic import SyntheticConfig
 from testbed.schedulers import registry
 from testbed.schedulers.base import Dispatch, GlobalPolicy, JobSpec, PolicyConfigError, Reject, Start
 from testbed.schedulers.batch import NodeMemory
 
-from testbed.jobs import Job, SyntheticApp
+from testbed.jobs import Job
 from testbed.sim import simulate
 
 #: Every scheduler that places jobs on nodes; all accept memory_aware.
@@ -130,7 +131,7 @@ def test_node_memory_helper_accounts_per_job():
 
 
 def _job(job_id: str, size: int, mb: float, t: float = 0.0) -> Job:
-    return Job(JobSpec(job_id, size, t, memory_mb=mb), SyntheticApp(iterations=5, gcomp=100.0))
+    return Job(JobSpec(job_id, size, t, memory_mb=mb), SyntheticConfig(iterations=5, gcomp=100.0))
 
 
 def _times(events, kind: str) -> dict[str, float]:
