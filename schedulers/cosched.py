@@ -52,8 +52,8 @@ from .base import (
     Timer,
     job_wait,  # noqa: F401 - re-exported: the rule applies to every scheduler, it lives in base
 )
-from .batch import MEMORY_DEFAULTS
 from .local import LocalGlobal
+from .placement import MEMORY_DEFAULTS
 
 NICE_MIN, NICE_MAX = -20, 19
 #: A Timer a little early (the real agent's event loop may fire it up to its clock resolution early)

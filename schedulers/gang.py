@@ -4,7 +4,7 @@
 soon as it is placed; its processes run only while a Dispatch allows its job. Every quantum the global
 policy plans the next non-empty row, a lead time ahead, so each node switches on its own timer (DESIGN.md,
 decision 5). With alternate scheduling, idle columns of the chosen row also run jobs of other rows whose
-columns are all free in it. Memory-aware allocation (:class:`~testbed.schedulers.batch.NodeMemory`): every
+columns are all free in it. Memory-aware allocation (:class:`~testbed.schedulers.placement.NodeMemory`): every
 process placed on a node holds its memory there, running or stopped, so a job goes only on columns whose
 node has room for it.
 """
@@ -32,8 +32,8 @@ from .base import (
     SlotStart,
     Start,
 )
-from .batch import MEMORY_DEFAULTS, NodeMemory, contiguous_block, oversize_reason, param_bool
 from .local import param_mpl
+from .placement import MEMORY_DEFAULTS, NodeMemory, contiguous_block, oversize_reason, param_bool
 
 
 def _param_ms(params: Mapping[str, Any], name: str, minimum: float, strict: bool) -> float:

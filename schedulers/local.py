@@ -1,6 +1,6 @@
 """Native local scheduling (NLS): every process may run and each node's OS shares its CPU (ALGORITHMS.md
 §1, §6). The only global decision is where a job goes and whether a node already holds ``mpl``
-processes, and (memory-aware allocation, :class:`~testbed.schedulers.batch.NodeMemory`) whether the
+processes, and (memory-aware allocation, :class:`~testbed.schedulers.placement.NodeMemory`) whether the
 job's processes fit in the free memory of the nodes."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .base import GlobalAction, JobSpec, PolicyConfigError, RunAll, Scheduler, Start
-from .batch import MEMORY_DEFAULTS, FcfsQueue, NodeMemory, param_bool
+from .placement import MEMORY_DEFAULTS, FcfsQueue, NodeMemory, least_loaded, param_bool
 
 
 def param_mpl(params: Mapping[str, Any], scheduler: str) -> int:
@@ -20,28 +20,6 @@ def param_mpl(params: Mapping[str, Any], scheduler: str) -> int:
             f"scheduler.params.mpl: {scheduler} needs a whole number of processes per node >= 1, got {mpl!r}"
         )
     return mpl
-
-
-def least_loaded(load: list[int], eligible: list[int], size: int) -> tuple[int, ...]:
-    """The ``size`` least-loaded eligible nodes (ties: lowest index); a contiguous block of nodes with the
-    same total load is preferred, the lowest such block first."""
-    ranked = sorted(eligible, key=lambda n: (load[n], n))
-    best = ranked[:size]
-    target = sum(load[n] for n in best)
-    ok = set(eligible)
-    # Sliding window over node numbers: total load and count of ineligible nodes in the window.
-    window_load = 0
-    blocked = 0
-    for last in range(len(load)):
-        window_load += load[last]
-        blocked += last not in ok
-        first = last - size + 1
-        if first > 0:
-            window_load -= load[first - 1]
-            blocked -= (first - 1) not in ok
-        if first >= 0 and blocked == 0 and window_load == target:
-            return tuple(range(first, last + 1))
-    return tuple(sorted(best))
 
 
 class LocalGlobal(FcfsQueue):

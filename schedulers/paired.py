@@ -43,8 +43,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from .base import GlobalAction, JobSpec, PolicyConfigError, Reject, Scheduler
-from .batch import MEMORY_DEFAULTS
 from .gang import GangGlobal, GangLocal
+from .placement import MEMORY_DEFAULTS
 
 #: (5 - i) / 10 for i = 1..4: the weights of the last four quanta, most recent first.
 WEIGHTS = (0.4, 0.3, 0.2, 0.1)

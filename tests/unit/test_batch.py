@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from testbed.schedulers import registry
 from testbed.schedulers.base import JobSpec, PolicyConfigError, Reject, RunAll, Start
-from testbed.schedulers.batch import Batch, contiguous_block, pack
+from testbed.schedulers.batch import Batch
+from testbed.schedulers.placement import contiguous_block, pack
 
 
 def spec(job_id: str, size: int, estimate: float | None = None, t: float = 0.0) -> JobSpec:

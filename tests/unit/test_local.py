@@ -14,7 +14,8 @@ from testbed.schedulers.base import (
     RunAll,
     Start,
 )
-from testbed.schedulers.local import Local, least_loaded
+from testbed.schedulers.local import Local
+from testbed.schedulers.placement import least_loaded
 
 
 def spec(job_id: str, size: int) -> JobSpec:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from testbed.schedulers import registry
 from testbed.schedulers.base import Dispatch, GlobalPolicy, JobSpec, PolicyConfigError, Reject, Start
-from testbed.schedulers.batch import NodeMemory
+from testbed.schedulers.placement import NodeMemory
 
 from testbed.jobs import Job, SyntheticApp
 from testbed.sim import simulate
