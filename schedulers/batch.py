@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .base import GlobalAction, JobSpec, RunAll, Scheduler, Start
-from .placement import MEMORY_DEFAULTS, FcfsQueue, NodeMemory, pack, param_bool
+from .params import param
+from .placement import FcfsQueue, MemoryAwareParams, NodeMemory, pack
 
 
 class BatchGlobal(FcfsQueue):
@@ -21,9 +22,9 @@ class BatchGlobal(FcfsQueue):
 
     def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
         super().__init__(nodes, params, seed)
-        self.backfill = param_bool(self.params, "backfill", "batch")
-        self.packing = param_bool(self.params, "packing", "batch")
-        self.mem = NodeMemory(self, "batch")
+        self.backfill = self.params["backfill"]
+        self.packing = self.params["packing"]
+        self.mem = NodeMemory(self)
         self.rng = random.Random(seed)
         self.free: set[int] = set(range(nodes))
         self.queue: list[JobSpec] = []
@@ -103,10 +104,14 @@ class BatchGlobal(FcfsQueue):
         return actions
 
 
+class BatchParams(MemoryAwareParams):
+    backfill: bool = param(False, "EASY backfilling: a later job may start if it does not delay the head")
+    packing: bool = param(True, "PACKING: the lowest contiguous block of free nodes (false: random nodes)")
+
+
 class Batch(Scheduler):
     name = "batch"
     summary = "PBS-like FCFS space sharing, one job per node; optional EASY backfilling"
     global_policy = BatchGlobal
     local_policy = RunAll
-    defaults = {"backfill": False, "packing": True}
-    allocation_defaults = MEMORY_DEFAULTS
+    Params = BatchParams

@@ -9,25 +9,24 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from .base import GlobalAction, JobSpec, PolicyConfigError, RunAll, Scheduler, Start
-from .placement import MEMORY_DEFAULTS, FcfsQueue, NodeMemory, least_loaded, param_bool
+from .base import GlobalAction, JobSpec, RunAll, Scheduler, Start
+from .params import PolicyParams, param
+from .placement import FcfsQueue, MemoryAwareParams, NodeMemory, least_loaded
 
 
-def param_mpl(params: Mapping[str, Any], scheduler: str) -> int:
-    mpl = params["mpl"]
-    if isinstance(mpl, bool) or not isinstance(mpl, int) or mpl < 1:
-        raise PolicyConfigError(
-            f"scheduler.params.mpl: {scheduler} needs a whole number of processes per node >= 1, got {mpl!r}"
-        )
-    return mpl
+class NlsParams(PolicyParams):
+    """Native local scheduling's allocation, shared by local and the coscheduling family."""
+
+    mpl: int = param(3, "most processes per node", noun="a whole number of processes per node", ge=1)
+    packing: bool = param(True, "least-loaded nodes, a contiguous block first (false: random nodes)")
 
 
 class LocalGlobal(FcfsQueue):
     def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
         super().__init__(nodes, params, seed)
-        self.mpl = param_mpl(self.params, "local")
-        self.packing = param_bool(self.params, "packing", "local")
-        self.mem = NodeMemory(self, "local")
+        self.mpl = self.params["mpl"]
+        self.packing = self.params["packing"]
+        self.mem = NodeMemory(self)
         self.rng = random.Random(seed)
         self.load = [0] * nodes
         self.queue: list[JobSpec] = []
@@ -63,10 +62,13 @@ class LocalGlobal(FcfsQueue):
         return actions
 
 
+class LocalParams(NlsParams, MemoryAwareParams):
+    pass
+
+
 class Local(Scheduler):
     name = "local"
     summary = "native local scheduling: up to mpl processes per node, the OS shares each CPU"
     global_policy = LocalGlobal
     local_policy = RunAll
-    defaults = {"mpl": 3, "packing": True}
-    allocation_defaults = MEMORY_DEFAULTS
+    Params = LocalParams

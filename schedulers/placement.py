@@ -5,10 +5,10 @@ parameter group."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
-from .base import GlobalAction, GlobalPolicy, JobSpec, PolicyConfigError, Reject
+from .base import GlobalAction, GlobalPolicy, JobSpec, Reject
+from .params import PolicyParams, param
 
 
 def contiguous_block(free: Sequence[int], size: int) -> tuple[int, ...] | None:
@@ -68,15 +68,12 @@ def oversize_reason(job: JobSpec, nodes: int) -> str | None:
 # Memory-aware allocation (paper 003 §5.3)
 
 
-def param_bool(params: Mapping[str, Any], name: str, scheduler: str) -> bool:
-    value = params[name]
-    if not isinstance(value, bool):
-        raise PolicyConfigError(f"scheduler.params.{name}: {scheduler} needs true or false, got {value!r}")
-    return value
+class MemoryAwareParams(PolicyParams):
+    """The allocation parameter every placing scheduler accepts."""
 
-
-#: The memory-aware allocation parameter every placing scheduler accepts (Scheduler.allocation_defaults).
-MEMORY_DEFAULTS = {"memory_aware": True}
+    memory_aware: bool = param(
+        True, "place a process only where it fits in the node's free memory (needs cluster.memory_mb)"
+    )
 
 
 class NodeMemory:
@@ -89,10 +86,10 @@ class NodeMemory:
     making a node swap; a job larger than a whole node is rejected.
     """
 
-    def __init__(self, policy: GlobalPolicy, scheduler: str) -> None:
+    def __init__(self, policy: GlobalPolicy) -> None:
         self.policy = policy
-        params = policy.params
-        self.aware = param_bool(params, "memory_aware", scheduler) if "memory_aware" in params else True
+        # A scheduler declared with a plain defaults dict may lack the parameter: the check stays on.
+        self.aware = policy.params.get("memory_aware", True)
         self.used = [0.0] * policy.nodes
         self.held: dict[str, tuple[tuple[int, ...], float]] = {}  # job -> (nodes, MB per process)
 

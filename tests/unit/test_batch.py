@@ -20,7 +20,7 @@ def policy(nodes: int, seed: int = 0, **params):
 def test_registered():
     assert registry.get("batch") is Batch
     assert Batch.local_policy is RunAll
-    assert Batch.defaults == {"backfill": False, "packing": True}
+    assert Batch.defaults == {"memory_aware": True, "backfill": False, "packing": True}
 
 
 def test_unknown_and_bad_params_name_the_parameter():
