@@ -134,7 +134,7 @@ def describe(model: type[PolicyParams]) -> list[tuple[str, str, str, str]]:
     rows = []
     for name, info in model.model_fields.items():
         default = "(required)" if info.is_required() else _shown(info.get_default(call_default_factory=True))
-        accepts = needs(info) or typing.cast(str, _type_name(info.annotation))
+        accepts = needs(info) or _type_name(info.annotation)
         rows.append((name, default, accepts, info.description or ""))
     return rows
 
@@ -195,7 +195,9 @@ def problems(model: type[PolicyParams], exc: ValidationError, scheduler: str) ->
         if what is None:
             lines.append(f"{where}: {err['msg']}, got {got!r}")
             continue
-        default = "" if info.is_required() else f" (default {_shown(info.get_default())})"
+        default = (
+            "" if info.is_required() else f" (default {_shown(info.get_default(call_default_factory=True))})"
+        )
         lines.append(f"{where}: {scheduler} needs {what}, got {got!r}{default}")
     if unknown:
         lines.insert(0, _unknown_line(unknown, sorted(fields), scheduler))
