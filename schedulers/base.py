@@ -23,10 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-
-class PolicyConfigError(ValueError):
-    """A policy parameter is invalid; the message names the parameter and the fix."""
-
+from . import params as _params
+from .params import PolicyConfigError, PolicyParams  # noqa: F401 - the policies import the error from here
 
 # --------------------------------------------------------------------------------------------------------
 # What the policies see
@@ -357,7 +355,11 @@ class Scheduler:
     summary: ClassVar[str]  # one line for `testbed schedulers`
     global_policy: ClassVar[type[GlobalPolicy]]
     local_policy: ClassVar[type[LocalPolicy]] = RunAll
-    #: parameter name -> default; unknown parameters in a scenario are an error naming these
+    #: The scheduler's parameters (:mod:`~testbed.schedulers.params`): types, bounds, rules, defaults and
+    #: descriptions. The policies receive its dump, a plain dict of validated values.
+    Params: ClassVar[type[PolicyParams]] = PolicyParams
+    #: Parameter name -> default, derived from ``Params``. A scheduler may instead declare ``defaults``
+    #: (and ``allocation_defaults``) as plain dicts: it then gets a model that checks the names only.
     defaults: ClassVar[Mapping[str, Any]] = {}
     #: How every job's processes wait for a message under this scheduler ("spin", "block", "spin-block";
     #: None keeps each job's own ``wait_mode``), and the spin time in us that goes with "spin-block" (None
@@ -371,28 +373,30 @@ class Scheduler:
     #: over, as always), or until the receiving node's NIC acknowledges the message: "spin", "block" or
     #: "spin-block" (spinning the job's spin time first). Always forced on the jobs (no scenario setting).
     send_wait: ClassVar[str] = "none"
-    #: Allocation parameters the scheduler accepts on top of ``defaults`` (name -> default), filled in
-    #: the same way: ``memory_aware`` (paper 003 §5.3) for the schedulers that place jobs on nodes.
+    #: Legacy: parameters accepted on top of a plain ``defaults`` dict (see ``defaults``).
     allocation_defaults: ClassVar[Mapping[str, Any]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = vars(cls)
+        if "Params" in own:
+            if "defaults" in own or "allocation_defaults" in own:
+                raise TypeError(f"{cls.__name__}: declare Params or defaults, not both")
+            cls.defaults = _params.defaults(cls.Params)
+            cls.allocation_defaults = {}
+        elif "defaults" in own or "allocation_defaults" in own:
+            cls.Params = _params.untyped(cls.__name__, {**cls.defaults, **cls.allocation_defaults})
 
     @classmethod
     def all_defaults(cls) -> dict[str, Any]:
         """Every parameter the scheduler accepts, with its default."""
-        return {**cls.defaults, **cls.allocation_defaults}
+        return _params.defaults(cls.Params)
 
     @classmethod
     def check_params(cls, params: Mapping[str, Any]) -> dict[str, Any]:
-        accepted = cls.all_defaults()
-        unknown = sorted(set(params) - set(accepted))
-        if unknown:
-            known = ", ".join(sorted(accepted)) or "(none)"
-            raise PolicyConfigError(
-                f"scheduler.params: unknown parameter(s) {', '.join(unknown)} for scheduler "
-                f"'{cls.name}'; known parameters: {known}"
-            )
-        merged = accepted
-        merged.update(params)
-        return merged
+        """Every parameter's validated value (defaults filled in), or :class:`PolicyConfigError` with one
+        line per problem, each naming ``scheduler.params.<name>`` and the fix."""
+        return _params.validate(cls.Params, params, getattr(cls, "name", cls.__name__))
 
     @classmethod
     def make_global(cls, nodes: int, params: Mapping[str, Any], seed: int) -> GlobalPolicy:

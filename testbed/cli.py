@@ -156,13 +156,36 @@ def _exit_on(problems: list[str]) -> None:
 
 
 @app.command()
-def schedulers() -> None:
-    """List the registered scheduling policies."""
+def schedulers(
+    name: Annotated[str | None, typer.Argument(help="one scheduler: each parameter in detail")] = None,
+) -> None:
+    """List the registered scheduling policies, or one policy's parameters."""
     from testbed.schedulers import registry
 
+    if name is not None:
+        _scheduler_detail(name)
+        return
     for sched in registry.all_schedulers():
         params = ", ".join(f"{k}={v}" for k, v in sched.all_defaults().items())
         out.print(f"[bold]{sched.name:<10}[/bold] {sched.summary}  [dim]({params})[/dim]", highlight=False)
+    out.print("[dim]testbed schedulers NAME: what each parameter means and accepts[/dim]", highlight=False)
+
+
+def _scheduler_detail(name: str) -> None:
+    from testbed.schedulers import registry
+    from testbed.schedulers.params import describe
+
+    try:
+        sched = registry.get(name)
+    except registry.UnknownScheduler as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    out.print(f"[bold]{sched.name}[/bold]: {sched.summary}", highlight=False, soft_wrap=True)
+    rows = [("parameter", "default", "accepts", "meaning"), *describe(sched.Params)]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for i, row in enumerate(rows):  # one line per parameter, however narrow the terminal: people grep them
+        line = "  ".join([*(row[c].ljust(widths[c]) for c in range(3)), row[3]])
+        out.print(f"  [bold]{line}[/bold]" if i == 0 else f"  {line}", highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -384,9 +384,10 @@ def _format_errors(exc: ValidationError) -> str:
             msg = err["msg"].removeprefix("Value error, ")
             got = err.get("input")
             shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
-            # A model-level check may name a deeper field itself ("scheduler.name: ...").
+            # A model-level check may name a deeper field itself ("scheduler.name: ..."), one line each
+            # ("scheduler.params.mpl: ...", a line per bad parameter).
             named = re.match(r"^[\w.]+: ", msg) and msg.startswith(where)
-            lines.append(f"{msg}{shown}" if named else f"{where}: {msg}{shown}")
+            lines.extend(f"{msg}{shown}".splitlines() if named else [f"{where}: {msg}{shown}"])
     return "invalid scenario:\n  " + "\n  ".join(lines)
 
 

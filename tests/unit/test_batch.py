@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from testbed.schedulers import registry
 from testbed.schedulers.base import JobSpec, PolicyConfigError, Reject, RunAll, Start
-from testbed.schedulers.batch import Batch, contiguous_block, pack
+from testbed.schedulers.batch import Batch
+from testbed.schedulers.placement import contiguous_block, pack
 
 
 def spec(job_id: str, size: int, estimate: float | None = None, t: float = 0.0) -> JobSpec:
@@ -19,7 +20,7 @@ def policy(nodes: int, seed: int = 0, **params):
 def test_registered():
     assert registry.get("batch") is Batch
     assert Batch.local_policy is RunAll
-    assert Batch.defaults == {"backfill": False, "packing": True}
+    assert Batch.defaults == {"memory_aware": True, "backfill": False, "packing": True}
 
 
 def test_unknown_and_bad_params_name_the_parameter():

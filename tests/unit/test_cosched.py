@@ -381,7 +381,9 @@ class _RecSb(Sb):
     name = "rec-sb"
     global_policy = _Placed
     local_policy = _Recorder
-    defaults = {**Sb.defaults, "place": {}}
+
+    class Params(Sb.Params):
+        place: dict[str, tuple[int, ...]] = {}
 
 
 def test_sim_waits_afresh_for_each_message_as_the_nic_reports_it():

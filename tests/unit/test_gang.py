@@ -41,6 +41,7 @@ def test_registered_and_defaults():
     assert registry.get("gang") is Gang
     assert Gang.local_policy is GangLocal
     assert Gang.defaults == {
+        "memory_aware": True,
         "mpl": 3,
         "quantum_ms": 100.0,
         "alternate": True,

@@ -8,7 +8,7 @@ import pytest
 from testbed.apps.synthetic import SyntheticConfig
 from testbed.schedulers import registry
 from testbed.schedulers.base import Dispatch, GlobalPolicy, JobSpec, PolicyConfigError, Reject, Start
-from testbed.schedulers.batch import NodeMemory
+from testbed.schedulers.placement import MemoryAwareParams, NodeMemory
 
 from testbed.jobs import Job
 from testbed.sim import simulate
@@ -49,7 +49,7 @@ def test_base_hook_defaults_and_validation():
 def test_every_placing_scheduler_accepts_memory_aware(name):
     cls = registry.get(name)
     assert cls.all_defaults()["memory_aware"] is True
-    assert "memory_aware" not in cls.defaults  # an allocation parameter, listed apart
+    assert issubclass(cls.Params, MemoryAwareParams)  # the one definition, composed into each model
     with pytest.raises(PolicyConfigError, match="memory_aware"):
         cls.make_global(2, {"memory_aware": 1}, 0)
 
@@ -114,7 +114,7 @@ def test_gang_memory_blocks_a_free_matrix_row_and_frees_on_finish():
 
 def test_node_memory_helper_accounts_per_job():
     p = make("local", 3, 1000)
-    mem = NodeMemory(p, "local")
+    mem = NodeMemory(p)
     a = spec("A", 2, 400)
     assert mem.fitting([2, 0, 1], a) == [2, 0, 1]
     mem.take(a, (0, 1))
