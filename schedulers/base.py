@@ -11,7 +11,7 @@ Two roles:
   jobs, and (for time-sharing policies) the slot plan that says which jobs each node may run from when;
 * a :class:`LocalPolicy`, one per node, owned by the node agent: which of the node's processes may run
   right now, and at which priority, given what happens on the node (process added/exited, a slot starts,
-  a message arrives, a receiver waits or blocks, a collective is entered or left, a utilisation sample).
+  a message arrives, a receiver waits or blocks, a collective is entered or left).
 
 A :class:`Scheduler` bundles the two under one registered name.
 """
@@ -185,14 +185,6 @@ class GlobalPolicy(ABC):
         """Emulated time at which :meth:`tick` must be called next, or None."""
         return None
 
-    def lead_time(self) -> float:
-        """How far ahead of a Dispatch's ``at`` the owner calls :meth:`tick` to obtain it (emulated s)."""
-        return 0.0
-
-    def pending(self) -> int:
-        """Jobs admitted but not started (queued)."""
-        return 0
-
 
 # --------------------------------------------------------------------------------------------------------
 # Local events and decisions
@@ -269,15 +261,6 @@ class CollectiveLeave:
 
 
 @dataclass(frozen=True)
-class UtilizationSample:
-    """CPU used by ``proc`` over the last ``interval`` emulated seconds, as a fraction of the node."""
-
-    proc: Proc
-    utilization: float
-    interval: float
-
-
-@dataclass(frozen=True)
 class Timer:
     tag: str = ""
 
@@ -294,7 +277,6 @@ LocalEvent = (
     | SenderWoken
     | CollectiveEnter
     | CollectiveLeave
-    | UtilizationSample
     | Timer
 )
 

@@ -31,10 +31,22 @@ class BatchGlobal(FcfsQueue):
         # job_id -> (nodes, expected end); end is inf when the job gave no estimate
         self.running: dict[str, tuple[tuple[int, ...], float]] = {}
 
+    def max_jobs_per_node(self) -> int:
+        return 1
+
+    def node_down(self, now: float, node: int) -> list[GlobalAction]:
+        super().node_down(now, node)
+        self.free.discard(node)  # its jobs have ended (finished() gave it back): keep it out
+        return []
+
+    def node_up(self, now: float, node: int) -> list[GlobalAction]:
+        self.free.add(node)
+        return super().node_up(now, node)
+
     def finished(self, now: float, job_id: str) -> list[GlobalAction]:
         placed = self.running.pop(job_id, None)
         if placed is not None:
-            self.free.update(placed[0])
+            self.free.update(n for n in placed[0] if n not in self.down)
         else:  # ended while still queued (killed, failed)
             self.queue = [j for j in self.queue if j.job_id != job_id]
         return self._schedule(now)

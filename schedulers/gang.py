@@ -85,14 +85,18 @@ class GangGlobal(GlobalPolicy):
     # ----------------------------------------------------------------------------------------------------
     # GlobalPolicy
 
-    def pending(self) -> int:
-        return len(self.queue)
-
     def next_tick(self) -> float | None:
         return None if self.next_at is None else self.next_at - self.lead
 
-    def lead_time(self) -> float:
-        return self.lead
+    def max_jobs_per_node(self) -> int:
+        return self.mpl
+
+    def node_up(self, now: float, node: int) -> list[GlobalAction]:
+        super().node_up(now, node)
+        actions = self._place_queued()
+        if self.next_at is None and self.placed:
+            actions.append(self._dispatch(max(now + self.lead, self.last_at)))
+        return actions
 
     def submit(self, now: float, job: JobSpec) -> list[GlobalAction]:
         reason = oversize_reason(job, self.nodes) or self.mem.never_fits(job)
@@ -136,7 +140,7 @@ class GangGlobal(GlobalPolicy):
     # Matrix
 
     def _free_cols(self, row: int) -> list[int]:
-        return [c for c, cell in enumerate(self.matrix[row]) if cell is None]
+        return [c for c, cell in enumerate(self.matrix[row]) if cell is None and c not in self.down]
 
     def _fit(self, job: JobSpec) -> tuple[int, tuple[int, ...]] | None:
         size = job.size

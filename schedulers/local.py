@@ -32,6 +32,9 @@ class LocalGlobal(FcfsQueue):
         self.queue: list[JobSpec] = []
         self.placed: dict[str, tuple[int, ...]] = {}
 
+    def max_jobs_per_node(self) -> int:
+        return self.mpl
+
     def finished(self, now: float, job_id: str) -> list[GlobalAction]:
         nodes = self.placed.pop(job_id, None)
         if nodes is None:
@@ -46,7 +49,11 @@ class LocalGlobal(FcfsQueue):
         actions: list[GlobalAction] = []
         while self.queue:
             job = self.queue[0]
-            eligible = [n for n in range(self.nodes) if self.load[n] < self.mpl and self.mem.fits(n, job)]
+            eligible = [
+                n
+                for n in range(self.nodes)
+                if self.load[n] < self.mpl and n not in self.down and self.mem.fits(n, job)
+            ]
             if len(eligible) < job.size:
                 break  # FCFS: the head blocks the queue (also while its memory does not fit)
             if self.packing:

@@ -136,8 +136,9 @@ class FcfsQueue(GlobalPolicy):
     queue: list[JobSpec]
     mem: NodeMemory
 
-    def pending(self) -> int:
-        return len(self.queue)
+    def node_up(self, now: float, node: int) -> list[GlobalAction]:
+        super().node_up(now, node)
+        return self._schedule(now)
 
     def submit(self, now: float, job: JobSpec) -> list[GlobalAction]:
         reason = oversize_reason(job, self.nodes) or self.mem.never_fits(job)

@@ -79,6 +79,7 @@ class _ProcState:
     cpu_at_switch: float = 0.0  # per-quantum baseline, apart from the periodic sampler's
     t_at_switch: float = 0.0
     log: str = ""
+    attempt: int = 1  # which start of its job (a requeued job starts again)
 
 
 def _stderr_tail(path: str, limit: int = 400) -> str:
@@ -235,10 +236,17 @@ class NodeAgent:
             self.metrics.rate_error.set(result["error"])
 
     def start_proc(
-        self, job_id: str, rank: int, argv: list[str], env: dict[str, str], job_class: str | None = None
+        self,
+        job_id: str,
+        rank: int,
+        argv: list[str],
+        env: dict[str, str],
+        job_class: str | None = None,
+        attempt: int = 1,
     ) -> int:
-        """Starts rank ``rank`` of ``job_id``: ``argv`` with the job's ``env`` on top of the node's own
-        (testbed.jobs.Job.launch says what the job's part holds). Refused while the node is down."""
+        """Starts rank ``rank`` of ``job_id``'s start number ``attempt``: ``argv`` with the job's ``env``
+        on top of the node's own (testbed.jobs.Job.launch says what the job's part holds). What is left
+        here of an earlier start of the job's rank is killed first. Refused while the node is down."""
         if self.down is not None:
             raise NodeDownError(f"node {self.node} is down ({self.down})")
         self._job_class[job_id] = job_class
@@ -252,14 +260,16 @@ class NodeAgent:
             worker.kill()
             worker.close()
             raise RuntimeError(f"node {self.node} is shutting down")
-        return self.lt.call(self._register, Proc(job_id, rank), worker, f"{base}.err", timeout=30)
+        return self.lt.call(self._register, Proc(job_id, rank), worker, f"{base}.err", attempt, timeout=30)
 
     def dispatch(self, at: float, slot: int, allowed: list[str]) -> None:
         received = time.monotonic()
         self.lt.loop.call_soon_threadsafe(self._arm_switch, at, slot, frozenset(allowed), received)
 
-    def kill_job(self, job_id: str, reason: str) -> int:
-        return self.lt.call(self._kill_job, job_id, reason)
+    def kill_job(self, job_id: str, reason: str, attempt: int | None = None) -> int:
+        """Kills the job's processes here (those of start ``attempt`` or earlier: a later start is not
+        the one the caller meant)."""
+        return self.lt.call(self._kill_job, job_id, reason, attempt)
 
     def set_down(self, down: bool, reason: str = "") -> int:
         """A scripted node fault: down kills every process of the node and refuses new ones until the node
@@ -347,9 +357,13 @@ class NodeAgent:
         env.update(extra)
         return env
 
-    def _register(self, proc: Proc, worker: Worker, log: str) -> int:
+    def _register(self, proc: Proc, worker: Worker, log: str, attempt: int = 1) -> int:
+        if proc in self.procs:  # an earlier start of this rank, not killed yet: this one replaces it
+            self._on_exit(proc, killed=f"replaced by start {attempt} of its job")
         now = self.clock.now()
-        st = _ProcState(proc, worker, running=True, t_at_sample=now, t_at_switch=now, log=log)
+        st = _ProcState(
+            proc, worker, running=True, t_at_sample=now, t_at_switch=now, log=log, attempt=attempt
+        )
         self.procs[proc] = st
         self.lt.loop.add_reader(worker.pidfd, self._on_exit, proc)
         self.events.emit(
@@ -381,7 +395,7 @@ class NodeAgent:
             if code < 0 and "signal" not in reason:
                 reason = f"killed by signal {-code}; last output: {reason}"
         rec = {"job": proc.job_id, "rank": proc.rank, "node": self.node, "code": code, "cpu_s": cpu,
-               "reason": reason}  # fmt: skip
+               "reason": reason, "attempt": st.attempt}  # fmt: skip
         self.events.emit(ev.PROC_EXITED, t=now, **rec)
         self.exits.append(rec)
         self._apply(self._decide(now, ProcExited(proc)))
@@ -489,9 +503,14 @@ class NodeAgent:
 
         self._sampler = self.lt.loop.call_later(self.clock.real(SAMPLE_PERIOD_S), tick)
 
-    def _kill_job(self, job_id: str, reason: str) -> int:
+    def _kill_job(self, job_id: str, reason: str, attempt: int | None = None) -> int:
         n = 0
-        for p in [p for p in self.procs if p.job_id == job_id]:
+        doomed = [
+            p
+            for p, st in self.procs.items()
+            if p.job_id == job_id and (attempt is None or st.attempt <= attempt)
+        ]
+        for p in doomed:
             self._on_exit(p, killed=reason)
             n += 1
         if n:

@@ -168,10 +168,10 @@ class Coordinator:
 
     def _proc_exited(self, msg: ProcExit) -> None:
         if msg.code == 0:
-            self.core.rank_exited(self._now(), msg.job, msg.rank, True)
+            self.core.rank_exited(self._now(), msg.job, msg.rank, True, attempt=msg.attempt)
             return
         rec = self.core.jobs.get(msg.job)
-        if rec is None or rec.state != "running":
+        if rec is None or rec.state != "running" or msg.attempt != rec.starts:
             return
         reason = f"rank {msg.rank} on node {msg.node} failed: {msg.reason or msg.code}"
         if msg.code != EXIT_PEER_GONE:
@@ -212,8 +212,8 @@ class Coordinator:
         if what == "down":
             if node in self.core.down:
                 return
-            self._call(node, "set_down", True, "scripted fault").result(timeout=30)
-            self.core.node_down(self._now(), node, "scripted fault")
+            self._call(node, "set_down", True, ev.SCRIPTED_FAULT).result(timeout=30)
+            self.core.node_down(self._now(), node, ev.SCRIPTED_FAULT)
         else:
             if node not in self.core.down or node in self._dead:
                 return  # an agent that died stays down
@@ -260,15 +260,17 @@ class Coordinator:
         if self.first_start_real is None:
             self.first_start_real = time.monotonic()
         nics = [self.nics[n] for n in nodes]
+        attempt = self.core.jobs[job.job_id].starts
         for rank, node in enumerate(nodes):
             launch = job.launch(rank, nics)
             fut = self._call(node, "start_proc", job.job_id, rank, list(launch.argv), dict(launch.env),
-                             job.spec.job_class)  # fmt: skip
+                             job.spec.job_class, attempt)  # fmt: skip
             fut.add_done_callback(lambda f, j=job.job_id, r=rank, n=node: self._started(f, j, r, n))
 
     def kill(self, job: Job, nodes: tuple[int, ...], reason: str) -> None:
+        attempt = self.core.jobs[job.job_id].starts  # the start being stopped (a restart comes after)
         for node in nodes:
-            self._stops.append(self._call(node, "kill_job", job.job_id, reason))
+            self._stops.append(self._call(node, "kill_job", job.job_id, reason, attempt))
         self._stops = [f for f in self._stops if not f.done()]
 
     def dispatch(self, d: Dispatch, nodes) -> None:

@@ -34,9 +34,6 @@ FINAL = (FINISHED, FAILED, KILLED, REJECTED)
 #: What becomes of the jobs running on a node that goes down (the scenario's ``faults.on_node_down``).
 ON_NODE_DOWN = ("fail", "requeue")
 
-#: The reason of a job killed by its policy starts with this (a planned end: `testbed run` exits 0).
-POLICY_KILL = "killed by the policy"
-
 
 class PolicyError(RuntimeError):
     """A policy asked for something that cannot be done; the message names the policy and the action."""
@@ -130,11 +127,20 @@ class DecisionCore:
         if rec is not None and rec.state == RUNNING and not self.ended:
             self._ask(now, self.policy.utilization, job_id, rank, util, interval)
 
-    def rank_exited(self, now: float, job_id: str, rank: int, ok: bool, reason: str | None = None) -> None:
+    def rank_exited(
+        self,
+        now: float,
+        job_id: str,
+        rank: int,
+        ok: bool,
+        reason: str | None = None,
+        attempt: int | None = None,
+    ) -> None:
         """A process of a running job ended by itself: the job finishes once every rank has exited
-        cleanly, and fails at the first that did not (the others are killed)."""
+        cleanly, and fails at the first that did not (the others are killed). ``attempt``: the start of
+        the job the process belonged to; a process of an earlier start (requeued since) is ignored."""
         rec = self.jobs.get(job_id)
-        if rec is None or rec.state != RUNNING:
+        if rec is None or rec.state != RUNNING or (attempt is not None and attempt != rec.starts):
             return
         if not ok:
             self.fail(now, job_id, reason or f"rank {rank} failed")
@@ -235,7 +241,7 @@ class DecisionCore:
                 self.emit(ev.JOB_REJECTED, now, job=a.job_id, reason=a.reason)
             elif isinstance(a, Kill):
                 rec = self._record(a, RUNNING)
-                reason = f"{POLICY_KILL}: {a.reason}"
+                reason = f"{ev.POLICY_KILL}: {a.reason}"
                 self._final(rec, KILLED)
                 self.emit(ev.JOB_KILLED, now, job=a.job_id, reason=reason)
                 self._stop(rec, reason)

@@ -38,6 +38,10 @@ RUN_INFO = "run_info"  # free-form facts about the run (tdf, envelope, priority 
 
 #: The reason a job is killed when the scenario's ``duration_s`` ends the run: the one kill that was planned.
 DURATION_REACHED = "scenario duration reached"
+#: Why a node went down when the scenario's ``faults.script`` took it down (its jobs' failures were planned).
+SCRIPTED_FAULT = "scripted fault"
+#: The reason of a job killed by its policy starts with this (a planned end, like a rejection).
+POLICY_KILL = "killed by the policy"
 
 
 class EventWriter:

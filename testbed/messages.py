@@ -16,6 +16,7 @@ class ProcExit:
     code: int
     cpu_s: float
     reason: str | None
+    attempt: int = 1  # which start of the job the process belonged to
 
 
 @dataclass(frozen=True)

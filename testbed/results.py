@@ -117,12 +117,17 @@ def job_rows(events: list[dict]) -> list[dict]:
 
 
 def unplanned(rows: list[dict]) -> list[dict]:
-    """Jobs that did not end as the scenario planned: the planned ends are completed, rejected by the
-    policy, or killed because ``duration_s`` ended the run. Each as {job, state, reason}."""
+    """Jobs that did not end as the scenario planned: the planned ends are completed, rejected or killed
+    by the policy, killed because ``duration_s`` ended the run, or failed by a node fault the scenario
+    scripted. Each as {job, state, reason}."""
     bad = []
     for r in rows:
         state, reason = r["final_state"], r.get("reason") or ""
-        if state in (COMPLETED, REJECTED) or (state == KILLED and reason.startswith(ev.DURATION_REACHED)):
+        if state in (COMPLETED, REJECTED):
+            continue
+        if state == KILLED and reason.startswith((ev.DURATION_REACHED, ev.POLICY_KILL)):
+            continue
+        if state == FAILED and reason.endswith(f"({ev.SCRIPTED_FAULT})"):
             continue
         bad.append({"job": r["job_id"], "state": state, "reason": reason})
     return bad

@@ -398,7 +398,7 @@ class Simulation:
             return
         if node in self.core.down:
             return
-        reason = "scripted fault"
+        reason = ev.SCRIPTED_FAULT
         for p in list(self.nodes[node].procs.values()):
             self._kill(p, f"node {node} went down ({reason})")
         self.core.node_down(self.now, node, reason)

@@ -235,3 +235,33 @@ def test_faults_section_is_checked():
         }
     )
     assert scn.faults.as_tuples() == [(1.0, 2, "down")]
+
+
+@pytest.mark.parametrize("name", sorted(__import__("testbed.schedulers.registry", fromlist=["x"]).names()))
+@pytest.mark.parametrize("on_node_down", ["fail", "requeue"])
+def test_every_policy_keeps_off_a_down_node_and_uses_it_again_once_up(name, on_node_down):
+    from testbed.schedulers import registry
+
+    # 0.4 s jobs of 2 ranks every 0.2 s on 4 nodes: node 1 is busy when it goes down, and needed after.
+    jobs = [_job(f"j{i}", size=2, t=0.2 * i, iterations=5, gcomp=80.0) for i in range(13)]
+    down, up = 0.25, 1.5
+    events = simulate(
+        jobs,
+        registry.get(name),
+        {},
+        nodes=4,
+        faults=[(down, 1, "down"), (up, 1, "up")],
+        on_node_down=on_node_down,
+    )
+    starts = [e for e in events if e["kind"] == ev.JOB_STARTED]
+    assert not [s for s in starts if down <= s["t"] < up and 1 in s["nodes"]], starts
+    assert any(s["t"] >= up and 1 in s["nodes"] for s in starts), "node 1 never used again"
+    states = _states(events)
+    assert len(states) == len(jobs)
+    failed = {j for j, s in states.items() if s == FAILED}
+    if on_node_down == "requeue":
+        assert not failed and set(states.values()) == {FINISHED}
+    else:
+        assert failed and all(s in (FINISHED, FAILED) for s in states.values())
+        reasons = {e["reason"] for e in events if e["kind"] == ev.JOB_FAILED}
+        assert reasons == {"node 1 went down (scripted fault)"}

@@ -44,7 +44,7 @@ def test_mpl_limits_processes_per_node_and_head_blocks():
     assert p.submit(0, spec("B", 2)) == [Start("B", (0, 1))]
     assert p.submit(0, spec("C", 2)) == []
     assert p.submit(0, spec("D", 1)) == []  # would fit nowhere anyway; queued behind C
-    assert p.pending() == 2
+    assert len(p.queue) == 2
     assert p.finished(1, "A") == [Start("C", (0, 1))]
     assert p.finished(2, "B") == [Start("D", (0,))]
 

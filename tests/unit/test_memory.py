@@ -60,7 +60,7 @@ def test_a_job_bigger_than_a_node_is_rejected_naming_both_figures(name):
     [r] = p.submit(0.0, spec("big", 2, 1500))
     assert isinstance(r, Reject) and r.job_id == "big"
     assert "1500 MB" in r.reason and "1024 MB" in r.reason
-    assert p.pending() == 0
+    assert len(p.queue) == 0
     # Exactly a node's memory fits.
     assert starts(p.submit(0.0, spec("whole", 2, 1024)))
 
@@ -70,7 +70,7 @@ def test_a_job_that_does_not_fit_waits_until_memory_frees(name):
     p = make(name, 2, 1000, mpl=3)
     assert [s.job_id for s in starts(p.submit(0.0, spec("A", 2, 600)))] == ["A"]
     assert starts(p.submit(0.0, spec("B", 2, 600))) == []  # 600 + 600 > 1000 on both nodes
-    assert p.pending() == 1
+    assert len(p.queue) == 1
     assert starts(p.submit(0.0, spec("C", 1, 100))) == []  # FCFS: queued behind B
     acts = p.finished(1.0, "A")
     assert [s.job_id for s in starts(acts)] == ["B", "C"]
