@@ -213,6 +213,12 @@ class ProgramKind:
         return 0.0
 
     @classmethod
+    def with_work(cls, cfg: AppConfig, cpu_s: float, steps: int) -> AppConfig:
+        """The config changed to compute ``cpu_s`` seconds of CPU (at rate 1.0) in ``steps`` steps, the
+        rest of its shape kept (trace replay: a job's recorded run time, in steps of bounded length)."""
+        raise NotImplementedError(f"program kind {cls.name!r} cannot replay a trace's run times")
+
+    @classmethod
     def default_class(cls, cfg: AppConfig) -> str:
         """The job class (results and metrics are broken down by it) when the scenario names none."""
         return cls.name

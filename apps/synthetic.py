@@ -156,6 +156,10 @@ class Synthetic(ProgramKind):
         return cfg.model_copy(update={"iterations": iterations})
 
     @classmethod
+    def with_work(cls, cfg: SyntheticConfig, cpu_s: float, steps: int) -> SyntheticConfig:
+        return cfg.model_copy(update={"iterations": steps, "gcomp": cpu_s / steps / WORK_UNIT_S})
+
+    @classmethod
     def memory_mb(cls, cfg: SyntheticConfig, size: int) -> float:
         return 0.0 if cfg.profile is None else profiles.get(cfg.profile).memory_mb(size)
 

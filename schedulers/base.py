@@ -301,6 +301,10 @@ class LocalPolicy(ABC):
     #: True when the policy needs every message arrival, wait and consumption (coscheduling); the NIC
     #: then reports them. False lets the NIC skip that work.
     wants_message_events: ClassVar[bool] = False
+    #: True when the policy keeps nothing of a SlotStart but its allowed set, so on a node without
+    #: processes only the latest one matters: the simulator then hands an idle node just the latest, when
+    #: something next happens there (1,000 idle nodes need not each decide at every quantum).
+    slot_start_keeps_latest_only: ClassVar[bool] = False
 
     def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
         self.node = node

@@ -74,6 +74,7 @@ class GangGlobal(GlobalPolicy):
         self.rng = random.Random(seed)
         # matrix[row][col] = job id or None
         self.matrix: list[list[str | None]] = [[None] * nodes for _ in range(self.mpl)]
+        self.row_used = [0] * self.mpl  # occupied cells per row: rows without room are skipped unread
         self.placed: dict[str, tuple[int, tuple[int, ...]]] = {}  # job -> (row, columns)
         self.queue: list[JobSpec] = []
         self.row = -1  # row of the last Dispatch
@@ -114,8 +115,7 @@ class GangGlobal(GlobalPolicy):
             self.queue = [j for j in self.queue if j.job_id != job_id]
         else:
             row, cols = where
-            for c in cols:
-                self.matrix[row][c] = None
+            self._set(row, cols, None)
             self.mem.release(job_id)
         actions = self._place_queued()
         if not self.placed:
@@ -139,12 +139,25 @@ class GangGlobal(GlobalPolicy):
     # ----------------------------------------------------------------------------------------------------
     # Matrix
 
+    def _set(self, row: int, cols, job_id: str | None) -> None:
+        """Puts ``job_id`` (None: nothing) in ``cols`` of ``row``."""
+        cells = self.matrix[row]
+        for c in cols:
+            self.row_used[row] += (job_id is not None) - (cells[c] is not None)
+            cells[c] = job_id
+
     def _free_cols(self, row: int) -> list[int]:
+        if self.nodes - self.row_used[row] - len(self.down) <= 0:
+            return []  # a down node's cells are empty: so many cells of the row are free, and up
         return [c for c, cell in enumerate(self.matrix[row]) if cell is None and c not in self.down]
 
     def _fit(self, job: JobSpec) -> tuple[int, tuple[int, ...]] | None:
         size = job.size
-        usable = [self.mem.fitting(self._free_cols(r), job) for r in range(self.mpl)]
+        room = self.nodes - len(self.down)
+        usable = [
+            self.mem.fitting(self._free_cols(r), job) if room - self.row_used[r] >= size else []
+            for r in range(self.mpl)
+        ]
         if self.packing:
             for r in range(self.mpl):
                 block = contiguous_block(usable[r], size)
@@ -166,8 +179,7 @@ class GangGlobal(GlobalPolicy):
                 break  # FCFS: the head blocks the queue (also while its memory does not fit)
             job = self.queue.pop(0)
             row, cols = fit
-            for c in cols:
-                self.matrix[row][c] = job.job_id
+            self._set(row, cols, job.job_id)
             self.mem.take(job, cols)
             self.placed[job.job_id] = (row, cols)
             actions.append(Start(job.job_id, cols))
@@ -236,6 +248,8 @@ class GangGlobal(GlobalPolicy):
 
 class GangLocal(LocalPolicy):
     """Runs exactly the node's processes whose job the last slot allowed; nothing before the first slot."""
+
+    slot_start_keeps_latest_only = True
 
     def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
         super().__init__(node, params, seed)

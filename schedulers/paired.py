@@ -176,9 +176,8 @@ class PairedGlobal(GangGlobal):
         target = (same or new or [None])[0]
         if target is None:
             return  # no room: it stays (the matrix has mpl rows)
-        for c in cols:
-            self.matrix[row][c] = None
-            self.matrix[target][c] = job_id
+        self._set(row, cols, None)
+        self._set(target, cols, job_id)
         self.placed[job_id] = (target, cols)
         self.moves += 1
 

@@ -114,7 +114,11 @@ class NodeMemory:
 
     def fitting(self, nodes: Iterable[int], job: JobSpec) -> list[int]:
         """The nodes of ``nodes`` (in their order) where one more process of ``job`` fits."""
-        return [n for n in nodes if self.fits(n, job)]
+        cap = self.capacity
+        if cap is None:
+            return list(nodes)
+        limit, mb, used = cap * (1 + 1e-12), job.memory_mb, self.used
+        return [n for n in nodes if used[n] + mb <= limit]  # fits()'s own comparison, term for term
 
     def take(self, job: JobSpec, nodes: Iterable[int]) -> None:
         """``job``'s processes now hold their memory on ``nodes`` (one entry per process)."""

@@ -221,16 +221,40 @@ class PoissonGenerator(_Model):
         return self
 
 
+class TraceReplay(_Model):
+    """Jobs replayed from an SWF trace (testbed/swf.py): each trace job's arrival, size and run time,
+    scaled, running ``app`` (its length set from the trace: ``ceil(run / step_s)`` iterations computing
+    the run time in all, at rate 1.0; the app's other fields, such as a barrier per iteration, kept)."""
+
+    path: str = Field(..., description="the .swf or .swf.gz file; relative to the scenario file's folder")
+    skip: int = Field(0, ge=0, description="trace jobs skipped first")
+    count: int | None = Field(None, ge=1, description="jobs replayed after the skipped ones (null: all)")
+    time_scale: float = Field(1.0, gt=0, description="multiplies arrival times and run times")
+    arrival_scale: float = Field(
+        1.0, gt=0, description="multiplies arrival times only: below 1 packs the same jobs closer (more load)"
+    )
+    size_scale: float = Field(
+        1.0, gt=0, description="multiplies each job's processors (at least 1, at most the cluster)"
+    )
+    step_s: float = Field(60.0, gt=0, description="emulated seconds of compute per iteration, at most")
+    estimate: Literal["requested", "runtime", "none"] = Field(
+        "requested",
+        description="what backfilling is told: the user's requested time, the real run time, or nothing",
+    )
+    app: AppSection = Field(default_factory=_default_app)
+    job_class: str = "trace"
+
+
 class WorkloadConfig(_Model):
     seed: int = 0
     jobs: list[JobEntry] = Field(default_factory=list)
-    # One generator kind today; the 'kind' field leaves room for Lublin-Feitelson and SWF replay.
     generator: PoissonGenerator | None = None
+    trace: TraceReplay | None = None
 
     @model_validator(mode="after")
     def _not_empty(self):
-        if not self.jobs and self.generator is None:
-            raise ValueError("no jobs: give workload.jobs (a list) or workload.generator")
+        if not self.jobs and self.generator is None and self.trace is None:
+            raise ValueError("no jobs: give workload.jobs (a list), workload.generator or workload.trace")
         ids = [j.id for j in self.jobs if j.id is not None]
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:
@@ -445,6 +469,7 @@ def load(path: str | Path | None = None, overrides: list[str] = (), doc: dict | 
     doc = copy.deepcopy(doc)  # overrides must not leak into the caller's document
     for text in overrides:
         apply_override(doc, *parse_override(text))
+    _resolve_trace(doc, Path(path).parent if path is not None else Path.cwd())
     try:
         scn = Scenario.model_validate(doc)
     except ValidationError as exc:
@@ -454,6 +479,18 @@ def load(path: str | Path | None = None, overrides: list[str] = (), doc: dict | 
 
         variants(scn)  # every variant is checked up front; ScenarioError names the variant and field
     return scn
+
+
+def _resolve_trace(doc: dict, base: Path) -> None:
+    """A trace path is relative to the scenario file's folder (the working directory without a file);
+    it must name a file."""
+    trace = (doc.get("workload") or {}).get("trace") if isinstance(doc.get("workload"), dict) else None
+    if not isinstance(trace, dict) or not isinstance(trace.get("path"), str):
+        return
+    full = (base / trace["path"]).resolve()
+    if not full.is_file():
+        raise ScenarioError(f"workload.trace.path: no file {full}; give an SWF trace (.swf or .swf.gz)")
+    trace["path"] = str(full)
 
 
 def effective_tdf(scn: Scenario, cores: int | None = None) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from testbed.apps import profiles
@@ -102,5 +104,44 @@ def build(scn: Scenario) -> list[Job]:
                     wait,
                 )
             )
+    if scn.workload.trace is not None:
+        jobs.extend(_replay(scn.workload.trace, scn.cluster.nodes, scn))
     jobs.sort(key=lambda j: (j.spec.submit_time, j.job_id))
     return jobs
+
+
+def _replay(tr, nodes: int, scn: Scenario) -> list[Job]:
+    """The trace's jobs (testbed/swf.py), arrivals from the first replayed job's, scaled; jobs that did not
+    run (run time or processors unknown or 0) are left out."""
+    from testbed import swf
+
+    kind = kinds.get(tr.app.kind)
+    template = kind.resolve(tr.app)
+    wait = _wait(tr.app, scn)
+    out: list[Job] = []
+    t0 = None
+    usable = (j for j in swf.read(tr.path) if j.run > 0 and j.procs > 0)
+    for i, tj in enumerate(usable):
+        if i < tr.skip:
+            continue
+        if tr.count is not None and len(out) >= tr.count:
+            break
+        t0 = tj.submit if t0 is None else t0
+        run = tj.run * tr.time_scale
+        steps = max(1, math.ceil(run / tr.step_s))
+        app = kind.with_work(template, run, steps)
+        if tr.estimate == "requested" and tj.req_time is not None:
+            estimate = tj.req_time * tr.time_scale
+        elif tr.estimate == "none":
+            estimate = None
+        else:
+            estimate = kind.ideal_runtime(app, scn.cluster.cpu_rate)
+        spec = JobSpec(
+            job_id=f"t{tj.job}",
+            size=min(nodes, max(1, round(tj.procs * tr.size_scale))),
+            submit_time=round((tj.submit - t0) * tr.time_scale * tr.arrival_scale, 6),
+            estimate=estimate,
+            job_class=tr.job_class,
+        )
+        out.append(Job(spec, app, wait))
+    return out

@@ -38,14 +38,14 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from testbed import events as ev
 from testbed.apps.base import Collective, Compute, Progress, Recv, Send, SimContext, Sleep
 from testbed.core import FINAL, DecisionCore
-from testbed.events import EventWriter
 from testbed.jobs import Job
 from testbed.schedulers.base import (
     CollectiveEnter,
@@ -164,9 +164,9 @@ class _Process:
 
 class _Node:
     __slots__ = ("idx", "policy", "msg_events", "procs", "queue", "last", "active", "shares", "ver", "due",
-                 "finishing", "timer_ver", "writer")  # fmt: skip
+                 "finishing", "timer_ver", "src", "lazy_slots", "pending_slot")  # fmt: skip
 
-    def __init__(self, idx: int, policy: LocalPolicy, writer: EventWriter) -> None:
+    def __init__(self, idx: int, policy: LocalPolicy) -> None:
         self.idx = idx
         self.policy = policy
         self.msg_events = bool(type(policy).wants_message_events)
@@ -179,7 +179,11 @@ class _Node:
         self.due = math.inf  # time of the pending completion event
         self.finishing: list[_Process] = []  # the processes that end their compute phase then
         self.timer_ver = 0
-        self.writer = writer
+        self.src = f"node{idx}"  # the log's source name, as the emulator's node agents write it
+        # A policy that keeps only the latest SlotStart gets it when something next happens on an idle
+        # node (LocalPolicy.slot_start_keeps_latest_only), not at every quantum.
+        self.lazy_slots = bool(type(policy).slot_start_keeps_latest_only)
+        self.pending_slot: SlotStart | None = None
 
 
 class Simulation:
@@ -201,7 +205,11 @@ class Simulation:
         bandwidth_Bps: float | None = None,
         faults: Sequence[tuple[float, int, str]] = (),
         on_node_down: str = "fail",
+        sink: Callable[[dict], Any] | None = None,
     ) -> None:
+        """``sink(record)`` receives each event as it happens (e.g. a file, so that a run of millions of
+        events, or an interrupted one, keeps its log without holding it); by default they are kept in
+        :attr:`events`."""
         if nodes < 1:
             raise ValueError(f"nodes: a cluster needs at least 1 node, got {nodes}")
         if not cpu_rate > 0:
@@ -216,12 +224,13 @@ class Simulation:
         self.skew = float(switch_skew_s)
         self.duration = duration
         self.events: list[dict] = []
-        self.coord = EventWriter(None, "coordinator")
+        self._sink = sink if sink is not None else self.events.append
+        self.coord = "coordinator"
         self.gp: GlobalPolicy = scheduler.make_global(nodes, params, seed)
         self.gp.set_node_memory(node_memory_mb)
         self._util = bool(type(self.gp).wants_utilization)
         self.nodes = [
-            _Node(n, scheduler.make_local(n, params, seed), EventWriter(None, f"node{n}"))
+            _Node(n, scheduler.make_local(n, params, seed))
             for n in range(nodes)
         ]
         self.core = DecisionCore(
@@ -249,11 +258,11 @@ class Simulation:
     # ----------------------------------------------------------------------------------------------------
     # Event log
 
-    def _emit(self, writer: EventWriter, kind: str, t: float, **fields: Any) -> None:
-        record = writer.emit(kind, t=t, **fields)
-        # There is no real time in a simulation; the emulated time keeps the log deterministic.
-        record["wall"] = record["t"]
-        self.events.append(record)
+    def _emit(self, src: str, kind: str, t: float, **fields: Any) -> None:
+        t = round(t, 9)
+        # The emulator's record (testbed/events.py); there is no real time in a simulation: the emulated
+        # time stands for it and keeps the log deterministic.
+        self._sink({"t": t, "wall": t, "src": src, "kind": kind, **fields})
 
     # ----------------------------------------------------------------------------------------------------
     # Heap
@@ -264,8 +273,13 @@ class Simulation:
             self._nonperiodic += 1
         heapq.heappush(self._heap, (t, self._seq, kind, payload))
 
-    def run(self) -> list[dict]:
+    def run(self, on_status: Callable[[dict], Any] | None = None, every_s: float = 0.25) -> list[dict]:
+        """Runs to the end; returns the events kept (none with a ``sink``). ``on_status(status)`` is called
+        about every ``every_s`` real seconds with the jobs' progress and the emulated time (a progress
+        display), the same shape as the coordinator's status."""
         stalled = 0
+        steps = 0
+        next_status = time.monotonic() + every_s
         same_time_ticks = 0
         handlers = {
             _SUBMIT: self._on_submit,
@@ -307,11 +321,23 @@ class Simulation:
                 continue
             handlers[kind](*payload)
             self._settle()
+            steps += 1
+            if on_status is not None and not steps & 0x3FF and time.monotonic() >= next_status:
+                on_status(self.status())
+                next_status = time.monotonic() + every_s
+        if on_status is not None:
+            on_status(self.status())
         if self.duration is not None and (not self._heap or self._heap[0][0] > self.duration):
             self._end(self.duration, KILLED_REASON)
         else:
             self._end(self.now, stall_reason or "simulation stalled: no event left and the job never ended")
         return self.events
+
+    def status(self) -> dict:
+        counts = self.core.counts()
+        final = sum(counts.get(s, 0) for s in FINAL)
+        total = len(self.core.jobs)
+        return {"now": self.now, "counts": counts, "total": total, "final": final, "done": final == total}
 
     def _end(self, t: float, reason: str) -> None:
         """Kills what is left at time ``t`` (the scenario's end)."""
@@ -351,7 +377,7 @@ class Simulation:
             self._touch(node)
             p.q_t0 = self.now
             node.procs[p.proc] = p
-            self._emit(node.writer, ev.PROC_STARTED, self.now, job=job.job_id, rank=rank, node=n, pid=None)
+            self._emit(node.src, ev.PROC_STARTED, self.now, job=job.job_id, rank=rank, node=n, pid=None)
             self._feed(node, ProcAdded(p.proc))
 
     def kill(self, job: Job, nodes: tuple[int, ...], reason: str) -> None:
@@ -369,7 +395,7 @@ class Simulation:
         p.allowed = False
         del node.procs[p.proc]
         self._emit(
-            node.writer,
+            node.src,
             ev.PROC_EXITED,
             self.now,
             job=p.proc.job_id,
@@ -458,7 +484,11 @@ class Simulation:
             self._dirty[node.idx] = node
 
     def _replan(self, node: _Node) -> None:
-        active = [p for p in node.procs.values() if p.wants_cpu()]
+        active = [
+            p
+            for p in node.procs.values()
+            if p.allowed and (type(p.op) is Compute or p.spinning or p.ack_spin)  # p.wants_cpu(), inlined
+        ]
         node.active = active
         node.finishing = []
         if not active:
@@ -514,6 +544,9 @@ class Simulation:
         until neither produces anything new. Events go first so that a process the policy stops on
         arrival (ProcAdded) or on a message takes no step it was not allowed."""
         queue = node.queue
+        if node.pending_slot is not None:
+            queue.appendleft(node.pending_slot)  # it came before anything queued since
+            node.pending_slot = None
         while True:
             while queue:
                 self._apply_local(node, node.policy.on_event(self.now, queue.popleft()))
@@ -542,8 +575,13 @@ class Simulation:
     def _on_slot(self, switches: list[tuple[_Node, frozenset[str]]], slot: int, at: float) -> None:
         late_ms = (self.now - at) * 1000.0
         for node, allowed in switches:
+            if node.lazy_slots and not node.procs and not node.queue:
+                # Nothing runs here to switch: the policy hears of the slot when something next happens
+                # on the node, and the log records switches of nodes that had something to switch.
+                node.pending_slot = SlotStart(slot, allowed)
+                continue
             self._emit(
-                node.writer,
+                node.src,
                 ev.SLOT_SWITCH,
                 self.now,
                 node=node.idx,
@@ -702,7 +740,7 @@ class Simulation:
                     q.append((CollectiveEnter if op.enter else CollectiveLeave)(p.proc, op.op))
             elif kind is Progress:
                 self._emit(
-                    node.writer,
+                    node.src,
                     ev.PROGRESS,
                     self.now,
                     node=node.idx,
@@ -759,7 +797,7 @@ class Simulation:
         p.allowed = False
         del node.procs[p.proc]
         self._emit(
-            node.writer,
+            node.src,
             ev.PROC_EXITED,
             self.now,
             job=p.proc.job_id,
