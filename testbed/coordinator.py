@@ -9,6 +9,7 @@ Plain Python; ``testbed.cluster`` wraps it as a Ray actor. Nodes are reached thr
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -82,6 +83,10 @@ class Coordinator:
         sys.setswitchinterval(0.0005)  # the planning timer must get the GIL promptly (see agent.py)
         raise_process_nice()
         self.lt = LoopThread("coordinator", on_start=raise_thread_priority)
+        # An exception in a loop callback (a policy's, or the coordinator's own) would only be logged by
+        # asyncio while the run went on until wall_limit_s: it ends the run instead, with the error.
+        self.error: str | None = None
+        self.lt.loop.set_exception_handler(self._loop_error)
         self._init_metrics(monitoring)
 
     # ----------------------------------------------------------------------------------------------------
@@ -97,6 +102,8 @@ class Coordinator:
             self.lt.loop.call_soon_threadsafe(self._switches, payload)
         elif kind == "utilization":
             self.lt.loop.call_soon_threadsafe(self._utilization, payload)
+        elif kind == "error":  # a node's policy or agent raised: the run cannot go on as planned
+            self.lt.loop.call_soon_threadsafe(self._abort, payload["error"], payload.get("traceback"))
 
     def metrics_address(self) -> str | None:
         return self._metrics_address
@@ -127,6 +134,23 @@ class Coordinator:
     # ----------------------------------------------------------------------------------------------------
     # Loop thread
 
+    def _loop_error(self, loop, context: dict) -> None:
+        exc = context.get("exception")
+        if exc is None:
+            self._abort(f"coordinator: {context.get('message', 'error in the event loop')}")
+            return
+        import traceback
+
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        self._abort(f"coordinator (scheduler {self.sched_name}): {ev.describe_error(exc)}", tb)
+
+    def _abort(self, error: str, tb: str | None = None) -> None:
+        """Ends the run because of an error; the first error is the run's."""
+        if self.error is None:
+            self.error = error
+            self.events.emit(ev.RUN_ERROR, t=self._now() if self.clock else 0.0, error=error, traceback=tb)
+        self._end(f"error: {self.error}")
+
     def _now(self) -> float:
         return self.clock.now()
 
@@ -134,7 +158,9 @@ class Coordinator:
         self.clock = Clock(self.tdf, t0)
         self.events.clock = self.clock
         self._control0 = (time.process_time(), time.monotonic())
-        self.events.emit(ev.RUN_INFO, t=0.0, scheduler=self.sched_name, nodes=self.nodes, tdf=self.tdf)
+        self.events.emit(
+            ev.RUN_INFO, t=0.0, scheduler=self.sched_name, nodes=self.nodes, tdf=self.tdf, pid=os.getpid()
+        )
         loop = self.lt.loop
         for jr in self.jobs.values():
             loop.call_at(self.clock.real_at(jr.job.spec.submit_time), self._submit, jr)
@@ -360,6 +386,7 @@ class Coordinator:
             "final": final,
             "done": final == len(self.jobs) or self.ended is not None,
             "ended": self.ended,
+            "error": self.error,
             "down": dict(self.down),
             "first_start_real": self.first_start_real,
         }
