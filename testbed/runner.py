@@ -291,7 +291,12 @@ def _run_sim(scn: Scenario, jobs, run_dir: Path) -> dict:
         results.write(run_dir, events, facts, {"ended": f"error: {error}", "error": error})
         raise RunFailed(error, run_dir) from exc
     ev.write_all(events, run_dir / "events.jsonl")
-    return results.write(run_dir, events, facts, {"ended": "simulated", "error": None})
+    # Said as a real run says it: the duration, a stall (the simulator's own reason), or every job ended.
+    kills = [e.get("reason") or "" for e in events if e["kind"] == ev.JOB_KILLED]
+    ended = next((r for r in kills if r.startswith("simulation stalled")), "all jobs ended")
+    if any(r.startswith(ev.DURATION_REACHED) for r in kills):
+        ended = ev.DURATION_REACHED
+    return results.write(run_dir, events, facts, {"ended": ended, "error": None})
 
 
 def _run_real(scn: Scenario, jobs, run_dir: Path, on_status, on_phase, prometheus, notice) -> dict:

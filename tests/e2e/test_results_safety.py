@@ -96,6 +96,7 @@ def test_results_rebuilds_a_simulated_run(tmp_path):
     out = tmp_path / "sim"
     assert cli("run", str(QUICKSTART), "--backend", "sim", "--out", str(out), "-q").returncode == 0
     jobs, summary = (out / "jobs.csv").read_text(), json.loads((out / "summary.json").read_text())
+    assert (summary["ended"], summary["error"]) == ("all jobs ended", None)
     (out / "jobs.csv").unlink()
     (out / "summary.json").unlink()
     p = cli("results", str(out))
