@@ -38,10 +38,13 @@ from .conftest import (
 pytestmark = pytest.mark.slow
 
 #: Real seconds from a policy's exception to the end of the run (every job killed); issue 12 asks for 2.
-#: Measured: 0.1-0.4 ms on this 2-core host while other tests ran beside it.
+#: Measured on this shared 2-core host (10 runs each): global policy 0.8-1.3 ms, local policy 3-38 ms
+#: (the node's report travels to the coordinator); the driver then exits 2.6-4.8 s after the error
+#: (teardown: agents ~0.8 s, ray.shutdown ~1.5 s), once 9.0 s.
 POLICY_ERROR_ENDS_RUN_S = 2.0
 #: Real seconds from kill -9 of the driver until nothing of its run is left (issue 12 asks for 10).
-#: Measured: 0.6-1.2 s (the janitor polls every 0.2 s, then SIGKILLs every marked process).
+#: Measured: 0.03-0.13 s for 16-18 processes (5 runs; the janitor's pidfd wakes it at once), the
+#: rebuilt summary.json 0.2-1.5 s after the kill.
 DRIVER_KILL_CLEAN_S = 10.0
 
 
@@ -132,12 +135,16 @@ def test_crashing_worker_fails_its_job_and_the_run_exits_3(scenario_file, tmp_pa
         kill_tree(p)
     rows = _jobs(out)
     assert rows["victim"]["final_state"] == "COMPLETED_FAILED"
-    assert "signal 9" in rows["victim"]["reason"], rows["victim"]["reason"]
+    # The first report to reach the coordinator is the reason: the killed rank's own exit (signal 9), or
+    # its peer's, whose NIC saw the dead rank's connection drop first (found by --soak, 1 run in 5).
+    dead = f"rank {started['rank']} on node {started['node']} of job victim disconnected without closing"
+    reason = rows["victim"]["reason"]
+    assert "signal 9" in reason or dead in reason, reason
     assert rows["other"]["final_state"] == "COMPLETED_SUCCESSFULLY"
     # Exit 3, and one line that names the job and the reason.
     assert p.returncode == 3, text
     lines = _error_lines(text)
-    assert len(lines) == 1 and "job victim failed" in lines[0] and "signal 9" in lines[0], text
+    assert len(lines) == 1 and "job victim failed" in lines[0] and reason in lines[0], text
     summary = _summary(out)
     assert [b["job"] for b in summary["jobs_not_as_planned"]] == ["victim"]
     assert wait_clean(out) == ([], [])
@@ -361,8 +368,9 @@ def test_a_worker_that_forks_children_leaves_none_behind(scenario_file, tmp_path
         "workload": {
             "seed": 1,
             "jobs": [
-                {"id": "forker", "size": 2, "app": {"iterations": 10, "gcomp": 10}},
-                {"id": "other", "size": 4, "app": {"iterations": 300, "gcomp": 20}},
+                # Long enough to be seen running (10 iterations ended before the check, 1 run in 5).
+                {"id": "forker", "size": 2, "app": {"iterations": 100, "gcomp": 10}},
+                {"id": "other", "size": 4, "app": {"iterations": 400, "gcomp": 20}},
             ],
         },
     }
@@ -419,7 +427,10 @@ def test_a_worker_that_ignores_sigterm_is_still_gone_after_sigterm_of_the_driver
     )
     try:
         started = wait_for_event(out, lambda e: e["kind"] == ev.PROC_STARTED and e["job"] == "long")
-        wait_for_event(out, _running)
+        # Its own progress: its interpreter has started (and ignores SIGTERM); at PROC_STARTED it may not
+        # have yet, and SIGTERM's default action killed it (1 run in 5).
+        rank = started["rank"]
+        wait_for_event(out, lambda e: e["kind"] == ev.PROGRESS and e["job"] == "long" and e["rank"] == rank)
         # The worker really ignores SIGTERM: it is still there after one.
         os.kill(started["pid"], signal.SIGTERM)
         time.sleep(0.5)
