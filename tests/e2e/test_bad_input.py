@@ -213,3 +213,25 @@ def test_ray_failing_to_start_gives_one_line_and_a_summary_with_the_error(tmp_pa
     assert s["error"].startswith("Ray failed to start: NotADirectoryError")
     assert s["ended"] == f"error: {s['error']}"
     assert (out / "jobs.csv").exists()
+
+
+@pytest.mark.slow
+def test_an_agent_that_cannot_start_is_one_line_not_rays_whole_error(tmp_path):
+    """What preflight cannot see still reaches the user as the agent's own reason: Ray wraps an actor's
+    constructor error in ActorDiedError with the traceback in its text (issue 12, Found 4)."""
+    import ray
+
+    from testbed.actors import AgentActor
+    from testbed.agent import NodeConfig
+    from testbed.cluster import root_cause
+
+    cfg = NodeConfig(run_id="test-rootcause", node=0, run_dir="relative/run", tdf=1.0, envelope="none")
+    ray.init(address="local", include_dashboard=False, log_to_driver=False, namespace="test-rootcause")
+    try:
+        agent = ray.remote(num_cpus=0)(AgentActor).remote(cfg.__dict__)
+        with pytest.raises(Exception) as ei:
+            ray.get(agent.info.remote(), timeout=120)
+    finally:
+        ray.shutdown()
+    assert len(str(ei.value).splitlines()) > 3  # Ray's own text: many lines
+    assert root_cause(ei.value) == "ValueError: run_dir must be absolute, got 'relative/run'"
