@@ -135,8 +135,8 @@ def _check_envelope(scn: Scenario, usable: dict[str, str | None], where: str) ->
     if need_ms <= 1000:
         raise PreflightError(f"{why}; raise cluster.cfs_period_ms to at least {need_ms}")
     raise PreflightError(
-        f"{why}; no CFS period can give it (the kernel's maximum is 1000 ms): use fewer nodes or a lower "
-        "cpu_rate, or run it in the simulator (--backend sim)"
+        f"{why}; no CFS period can give it (the kernel's maximum is 1000 ms): use fewer nodes, or run it "
+        "in the simulator (--backend sim)"
     )
 
 
