@@ -110,8 +110,6 @@ def test_the_first_real_run_pins_the_work_unit_for_the_runs_after_it():
 # Property: generated and mutated scenario documents load, or give a ScenarioError with one line per
 # problem (each naming its field); never another exception (issue 12, Deliver 6).
 
-import tempfile  # noqa: E402
-
 import yaml  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
@@ -162,10 +160,15 @@ values = st.recursive(
     lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=5)),
     max_leaves=12,
 )
-OUT = Path(tempfile.mkdtemp(prefix="testbed-hypothesis-"))  # preflight's results-folder check looks here
 
 
-def _loads_or_one_line_per_problem(doc=None, overrides=(), path=None) -> None:
+@pytest.fixture(scope="module")
+def out(tmp_path_factory) -> Path:
+    """Where preflight's results-folder check looks (module-scoped: hypothesis runs many examples)."""
+    return tmp_path_factory.mktemp("hypothesis")
+
+
+def _loads_or_one_line_per_problem(out: Path, doc=None, overrides=(), path=None) -> None:
     try:
         scn = load(path, list(overrides), doc)
     except ScenarioError as exc:
@@ -180,7 +183,7 @@ def _loads_or_one_line_per_problem(doc=None, overrides=(), path=None) -> None:
     if g is None or g.count <= 2000:
         workload.build(scn)
     try:
-        runner.preflight(scn, "sim", OUT)
+        runner.preflight(scn, "sim", out / "results")
     except runner.PreflightError as exc:
         assert "\n" not in str(exc), str(exc)
 
@@ -223,27 +226,27 @@ FAST = settings(
 
 @FAST
 @given(mutated())
-def test_mutated_documents_load_or_give_one_line_per_problem(doc):
+def test_mutated_documents_load_or_give_one_line_per_problem(out, doc):
     if not isinstance(doc, dict):
         doc = {"workload": doc}
-    _loads_or_one_line_per_problem(doc=doc)
+    _loads_or_one_line_per_problem(out, doc=doc)
 
 
 @FAST
 @given(st.dictionaries(keys, values, max_size=6))
-def test_generated_documents_load_or_give_one_line_per_problem(doc):
-    _loads_or_one_line_per_problem(doc=doc)
+def test_generated_documents_load_or_give_one_line_per_problem(out, doc):
+    _loads_or_one_line_per_problem(out, doc=doc)
 
 
 @FAST
 @given(st.sampled_from(BASES[:2]), st.lists(st.text(max_size=30), max_size=3))
-def test_overrides_load_or_give_one_line_per_problem(doc, overrides):
-    _loads_or_one_line_per_problem(doc=doc, overrides=overrides)
+def test_overrides_load_or_give_one_line_per_problem(out, doc, overrides):
+    _loads_or_one_line_per_problem(out, doc=doc, overrides=overrides)
 
 
 @settings(max_examples=150, deadline=None, derandomize=True, database=None)
 @given(st.one_of(st.binary(max_size=200), st.text(max_size=200).map(str.encode)))
-def test_any_file_content_loads_or_gives_one_line(content):
-    path = OUT / "scenario.yaml"
+def test_any_file_content_loads_or_gives_one_line(out, content):
+    path = out / "scenario.yaml"
     path.write_bytes(content)
-    _loads_or_one_line_per_problem(path=path)
+    _loads_or_one_line_per_problem(out, path=path)
