@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from testbed.loop import LoopThread
 from testbed.mechanism.envelope import make_envelope
 from testbed.mechanism.priority import raise_process_nice, raise_thread_priority
 from testbed.mechanism.process import Worker, spawn
-from testbed.messages import ProcExit, QuantumUsage, SlotSwitches
+from testbed.messages import NodeError, ProcExit, QuantumUsage, SlotSwitches
 from testbed.nic import Nic
 from testbed.schedulers import registry
 from testbed.schedulers.base import (
@@ -130,6 +131,10 @@ class NodeAgent:
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         process_nice = raise_process_nice()
         self.lt = LoopThread(f"node{self.node}", on_start=raise_thread_priority)
+        # An exception in a loop callback (the local policy's, or the agent's own) would only be logged by
+        # asyncio: it is reported to the coordinator, which ends the run with it.
+        self.error: str | None = None
+        self.lt.loop.set_exception_handler(self._loop_error)
         self.priority = f"{self.lt.start_result}; other threads {process_nice}"
         self.envelope = make_envelope(
             self.cfg.envelope,
@@ -394,6 +399,11 @@ class NodeAgent:
             )
             if code < 0 and "signal" not in reason:
                 reason = f"killed by signal {-code}; last output: {reason}"
+        if not self.closed:  # at shutdown the envelope's destroy kills everything left in it
+            try:
+                self.spawner.submit(self._kill_leftovers, proc)
+            except RuntimeError:
+                pass  # the spawner is shutting down: the same
         rec = {"job": proc.job_id, "rank": proc.rank, "node": self.node, "code": code, "cpu_s": cpu,
                "reason": reason, "attempt": st.attempt}  # fmt: skip
         self.events.emit(ev.PROC_EXITED, t=now, **rec)
@@ -405,6 +415,29 @@ class NodeAgent:
             self.nic.drop_job(proc.job_id)  # frees messages nobody will consume
         if self.notify is not None:
             self.notify(ProcExit(**rec))
+
+    def _kill_leftovers(self, proc: Proc) -> None:
+        """Kills what a worker left behind on this node (children it forked, which outlive it as orphans
+        and would go on using the node's CPU for the rest of the run). Runs on the spawner thread: finding
+        them reads /proc, which the loop's timers must not wait for."""
+        from testbed.janitor import RUN_ID_ENV, processes_with
+
+        mark = {RUN_ID_ENV: self.cfg.run_id, "TB_NODE": str(self.node), "TB_JOB": proc.job_id,
+                "TB_RANK": str(proc.rank)}  # fmt: skip
+        candidates = self.envelope.pids() if self.envelope.fixes_rate else None
+        left = processes_with(mark, candidates)
+        for pid in left:
+            for sig in (signal.SIGKILL, signal.SIGCONT):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    break
+        if left:
+            self.lt.loop.call_soon_threadsafe(
+                lambda: self.events.emit(
+                    ev.RUN_INFO, node=self.node, job=proc.job_id, rank=proc.rank, leftovers_killed=left
+                )
+            )
 
     def _apply(self, decision: LocalDecision) -> float | None:
         """Brings the processes in line with a decision; returns when the change took effect
@@ -560,12 +593,41 @@ class NodeAgent:
         )
 
     def _decide(self, now: float, event) -> LocalDecision:
-        if self.metrics is None:
-            return self.policy.on_event(now, event)
-        t = time.perf_counter()
-        decision = self.policy.on_event(now, event)
-        self._decisions.append(time.perf_counter() - t)
-        return decision
+        try:
+            if self.metrics is None:
+                return self.policy.on_event(now, event)
+            t = time.perf_counter()
+            decision = self.policy.on_event(now, event)
+            self._decisions.append(time.perf_counter() - t)
+            return decision
+        except Exception as exc:
+            # Some callers run inside lt.call (the exception goes back to the caller, not to the loop's
+            # handler): report here, wherever it was called from.
+            self._report_error(
+                f"node {self.node} ({self.cfg.scheduler} local policy, on {type(event).__name__}): "
+                f"{ev.describe_error(exc)}",
+                exc,
+            )
+            raise
+
+    def _loop_error(self, loop, context: dict) -> None:
+        exc = context.get("exception")
+        if exc is None:
+            self._report_error(f"node {self.node}: {context.get('message', 'error in the event loop')}")
+        else:
+            self._report_error(f"node {self.node}: {ev.describe_error(exc)}", exc)
+
+    def _report_error(self, error: str, exc: BaseException | None = None) -> None:
+        """Records the node's first error and tells the coordinator, which ends the run with it."""
+        if self.error is not None:
+            return
+        import traceback
+
+        self.error = error
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)) if exc else None
+        self.events.emit(ev.RUN_ERROR, node=self.node, error=error, traceback=tb)
+        if self.notify is not None:
+            self.notify(NodeError(self.node, error, tb))
 
     def _schedule_metrics(self) -> None:
         if self.metrics is None:

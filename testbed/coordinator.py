@@ -10,6 +10,7 @@ Plain Python; ``testbed.cluster`` wraps it as a Ray actor. Nodes are reached thr
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ from testbed.core import FINAL, DecisionCore
 from testbed.jobs import Job
 from testbed.loop import LoopThread
 from testbed.mechanism.priority import raise_process_nice, raise_thread_priority
-from testbed.messages import ProcExit, QuantumUsage, SlotSwitches
+from testbed.messages import NodeError, ProcExit, QuantumUsage, SlotSwitches
 from testbed.schedulers import registry
 from testbed.schedulers.base import Dispatch
 
@@ -88,6 +89,10 @@ class Coordinator:
         sys.setswitchinterval(0.0005)  # the planning timer must get the GIL promptly (see agent.py)
         raise_process_nice()
         self.lt = LoopThread("coordinator", on_start=raise_thread_priority)
+        # An exception in a loop callback (a policy's, or the coordinator's own) would only be logged by
+        # asyncio while the run went on until wall_limit_s: it ends the run instead, with the error.
+        self.error: str | None = None
+        self.lt.loop.set_exception_handler(self._loop_error)
 
     # ----------------------------------------------------------------------------------------------------
     # Public API (any thread)
@@ -103,6 +108,8 @@ class Coordinator:
             self.lt.loop.call_soon_threadsafe(self._switches, msg)
         elif isinstance(msg, QuantumUsage):
             self.lt.loop.call_soon_threadsafe(self._utilization, msg)
+        elif isinstance(msg, NodeError):  # a node's policy or agent raised: the run cannot go on as planned
+            self.lt.loop.call_soon_threadsafe(self._abort, msg.error, msg.traceback)
 
     def metrics_address(self) -> str | None:
         return self._metrics_address
@@ -133,6 +140,23 @@ class Coordinator:
     # ----------------------------------------------------------------------------------------------------
     # Loop thread: the core's inputs
 
+    def _loop_error(self, loop, context: dict) -> None:
+        exc = context.get("exception")
+        if exc is None:
+            self._abort(f"coordinator: {context.get('message', 'error in the event loop')}")
+            return
+        import traceback
+
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        self._abort(f"coordinator (scheduler {self.sched_name}): {ev.describe_error(exc)}", tb)
+
+    def _abort(self, error: str, tb: str | None = None) -> None:
+        """Ends the run because of an error; the first error is the run's."""
+        if self.error is None:
+            self.error = error
+            self.events.emit(ev.RUN_ERROR, t=self._now() if self.clock else 0.0, error=error, traceback=tb)
+        self._end(f"error: {self.error}")
+
     def _now(self) -> float:
         return self.clock.now()
 
@@ -140,7 +164,9 @@ class Coordinator:
         self.clock = Clock(self.tdf, t0)
         self.events.clock = self.clock
         self._control0 = (time.process_time(), time.monotonic())
-        self.events.emit(ev.RUN_INFO, t=0.0, scheduler=self.sched_name, nodes=self.nodes, tdf=self.tdf)
+        self.events.emit(
+            ev.RUN_INFO, t=0.0, scheduler=self.sched_name, nodes=self.nodes, tdf=self.tdf, pid=os.getpid()
+        )
         loop = self.lt.loop
         for rec in self.core.jobs.values():
             spec = rec.job.spec
@@ -361,6 +387,7 @@ class Coordinator:
             "final": final,
             "done": final == len(self.core.jobs) or self.core.ended is not None,
             "ended": self.core.ended,
+            "error": self.error,
             "down": dict(self.core.down),
             "first_start_real": self.first_start_real,
         }

@@ -35,6 +35,7 @@ RATE_PROBE = "rate_probe"  # node, configured, delivered, error
 NODE_DOWN = "node_down"  # node, reason
 NODE_UP = "node_up"  # node
 RUN_INFO = "run_info"  # free-form facts about the run (tdf, envelope, priority obtained)
+RUN_ERROR = "run_error"  # error (one line), traceback: an exception that ended the run (policy, agent, ...)
 
 #: The reason a job is killed when the scenario's ``duration_s`` ends the run: the one kill that was planned.
 DURATION_REACHED = "scenario duration reached"
@@ -44,8 +45,24 @@ SCRIPTED_FAULT = "scripted fault"
 POLICY_KILL = "killed by the policy"
 
 
+def describe_error(exc: BaseException) -> str:
+    """One line for an exception: its type, its message, and where it was raised (the innermost frame),
+    e.g. ``ZeroDivisionError: division by zero (schedulers/gang.py:120 in submit)``."""
+    import traceback
+
+    msg = " ".join(str(exc).split())
+    text = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ is not None else []
+    if frames:
+        f = frames[-1]
+        parts = Path(f.filename).parts
+        text += f" ({'/'.join(parts[-2:])}:{f.lineno} in {f.name})"
+    return text
+
+
 class EventWriter:
-    """Appends events as JSON lines; each line is flushed so a crash loses at most the line in flight."""
+    """Writes events as JSON lines to a file it creates afresh (an earlier run's file is never appended
+    to); each line is flushed so a crash loses at most the line in flight."""
 
     def __init__(self, path: str | os.PathLike | None, source: str, clock=None) -> None:
         self.source = source
@@ -54,7 +71,7 @@ class EventWriter:
         self.buffer: list[dict] = []  # kept when path is None (simulator, tests)
         if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - long-lived
+            self._fh = open(path, "w", buffering=1, encoding="utf-8")  # noqa: SIM115 - long-lived
 
     def emit(self, kind: str, t: float | None = None, **fields: Any) -> dict:
         if t is None:
@@ -95,6 +112,9 @@ def merge(parts: Iterable[str | os.PathLike], out: str | os.PathLike) -> list[di
 
 
 def write_all(events: Iterable[dict], out: str | os.PathLike) -> None:
-    with open(out, "w", encoding="utf-8") as fh:
+    """Writes the log whole or not at all: a kill mid-write leaves the previous file, not half of one."""
+    tmp = Path(f"{out}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
         for ev in events:
             fh.write(json.dumps(ev, separators=(",", ":")) + "\n")
+    os.replace(tmp, out)

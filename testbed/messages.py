@@ -34,3 +34,13 @@ class SlotSwitches:
 
     node: int
     switches: tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True)
+class NodeError:
+    """The node's local policy or the agent itself raised: the run cannot go on as planned (the
+    coordinator ends it, with this error)."""
+
+    node: int
+    error: str
+    traceback: str | None = None

@@ -65,6 +65,27 @@ class RunFacts:
     scheduler: str
 
 
+def facts_of(scn, backend: str, tdf: float, envelope: str) -> RunFacts:
+    """A run's facts from its scenario (a :class:`testbed.scenario.Scenario`)."""
+    c = scn.cluster
+    return RunFacts(
+        nodes=c.nodes,
+        cpu_rate=c.cpu_rate,
+        cores_per_node=c.cores_per_node,
+        idle_watts=c.power.idle_watts,
+        busy_watts=c.power.busy_watts,
+        tdf=tdf,
+        envelope=envelope,
+        backend=backend,
+        scheduler=scn.scheduler.name,
+    )
+
+
+#: The reason given to a job that started and has no end in the event log: the run stopped under it
+#: (its driver was killed, say) before the coordinator could record one.
+NO_END_RECORDED = "no end recorded: the run stopped before this job ended"
+
+
 def job_rows(events: list[dict]) -> list[dict]:
     jobs: dict[str, dict] = {}
     cpu: dict[str, float] = defaultdict(float)
@@ -102,6 +123,8 @@ def job_rows(events: list[dict]) -> list[dict]:
             cpu[e["job"]] += float(e["cpu_s"])
     rows = []
     for row in jobs.values():
+        if row["final_state"] == NOT_STARTED and row["starting_time"] is not None:
+            row["final_state"], row["reason"] = KILLED, NO_END_RECORDED
         start, finish, sub = row["starting_time"], row["finish_time"], row["submission_time"]
         if start is not None:
             row["waiting_time"] = start - sub
@@ -266,6 +289,68 @@ def write(run_dir: Path, events: list[dict], facts: RunFacts, extra: dict | None
         summary.update(extra)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+class ResultsError(ValueError):
+    """A folder whose results cannot be rebuilt; the message says why, in one line."""
+
+
+def run_folders(path: Path) -> list[Path]:
+    """The run folders at or below ``path`` (a run, or a folder of repetitions or sweep variants): those
+    holding an event log (``events.jsonl``, or the per-component ``events/*.jsonl`` of a real run)."""
+
+    def is_run(p: Path) -> bool:
+        return (p / "events.jsonl").is_file() or any((p / "events").glob("*.jsonl"))
+
+    if is_run(path):
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_dir() and p.name != "events" and is_run(p))
+
+
+def rebuild(run_dir: Path, ended: str | None = None, allow_empty: bool = False) -> dict:
+    """Rewrites ``run_dir``'s jobs.csv and summary.json from its events, for a run of either backend,
+    including one whose driver was killed (then only ``events/*.jsonl`` exist: they are merged into
+    ``events.jsonl`` first). The run's facts come from its ``scenario.yaml`` and its events; what the
+    driver recorded in an earlier summary.json (how the run ended, the error, start-up figures) is kept,
+    and ``ended`` fills it in when the driver recorded nothing. ``allow_empty``: a run that stopped
+    before any event (Ray never started) still gets its summary."""
+    from testbed.scenario import ScenarioError, load
+
+    run_dir = Path(run_dir)
+    parts = sorted((run_dir / "events").glob("*.jsonl"))
+    merged = run_dir / "events.jsonl"
+    if parts:
+        events = ev.merge(parts, merged)  # the per-component logs are the truth of a real run
+    elif merged.is_file():
+        events = list(ev.read_jsonl(merged))
+    elif allow_empty:
+        events = []
+    else:
+        raise ResultsError(f"{run_dir}: no events.jsonl and no events/*.jsonl; not a run's results folder")
+    try:
+        scn = load(run_dir / "scenario.yaml")
+    except ScenarioError as exc:
+        raise ResultsError(f"{run_dir}: its scenario.yaml cannot be read back ({exc})") from None
+    old: dict = {}
+    try:
+        old = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        pass
+    if parts or (run_dir / "events").is_dir():
+        tdf = next((e["tdf"] for e in events if e["kind"] == ev.RUN_INFO and "tdf" in e), None)
+        envelope = next((e["envelope"] for e in events if e["kind"] == ev.RUN_INFO and "envelope" in e), None)
+        facts = facts_of(scn, "ray", tdf or old.get("tdf") or 1.0, envelope or old.get("envelope", "unknown"))
+    else:
+        facts = facts_of(scn, "sim", 1.0, "modelled")
+    computed = summarize(events, facts)
+    extra = {k: v for k, v in old.items() if k not in computed}
+    errors = [e["error"] for e in events if e["kind"] == ev.RUN_ERROR]
+    if not extra.get("ended"):
+        extra["ended"] = ended or "not recorded: the driver stopped before it could say (killed?)"
+    if not extra.get("error") and errors:
+        extra["error"] = errors[0]
+    extra.setdefault("error", None)
+    return write(run_dir, events, facts, extra)
 
 
 def table(summaries: list[dict], title: str = "results"):

@@ -28,7 +28,26 @@ from testbed.schedulers.base import PolicyConfigError
 
 
 class ScenarioError(ValueError):
-    """The scenario cannot be used; the message names the field(s) and the fix."""
+    """The scenario cannot be used; the message names the field(s) and the fix.
+
+    ``problems`` holds one line per problem (each names its field); the message is that one line, or a
+    header and one indented line per problem when there are several."""
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        if not problems:
+            # One problem is one line, whatever the user's text in it holds (a newline, or a control
+            # character that str.splitlines() breaks at).
+            message = " ".join(message.split())
+        super().__init__(message)
+        self.problems = list(problems) if problems else [message]
+
+    @classmethod
+    def listing(cls, header: str, problems: list[str]) -> ScenarioError:
+        # A problem is one line: a message with a newline in it (a library's) would read as two problems.
+        problems = [" ".join(p.split()) for p in problems]
+        if len(problems) == 1:
+            return cls(f"{header}: {problems[0]}", problems)
+        return cls(f"{header}: {len(problems)} problems:\n  " + "\n  ".join(problems), problems)
 
 
 class _Model(BaseModel):
@@ -387,11 +406,24 @@ def _fields_of(model: type[BaseModel], loc: tuple) -> list[str]:
     return sorted(getattr(cur, "model_fields", {}))
 
 
-def _format_errors(exc: ValidationError) -> str:
+def _format_errors(exc: ValidationError) -> list[str]:
     lines = []
-    tags = {"poisson", *kinds.names()}
+    kind_names = set(kinds.names())
     for err in exc.errors():
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in tags))
+        raw = err["loc"]
+        # A generator's kind tag ("poisson") and an app section's ("synthetic") sit in the location of their
+        # errors: not fields the user wrote.
+        loc = tuple(
+            p
+            for i, p in enumerate(raw)
+            if not (
+                i
+                and (
+                    (p == "poisson" and raw[i - 1] == "generator")
+                    or (p in kind_names and raw[i - 1] == "app")
+                )
+            )
+        )
         where = ".".join(str(p) for p in loc) or "(top level)"
         if err["type"] == "union_tag_invalid":
             known = ", ".join(kinds.names())
@@ -410,9 +442,9 @@ def _format_errors(exc: ValidationError) -> str:
             shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
             # A model-level check may name a deeper field itself ("scheduler.name: ..."), one line each
             # ("scheduler.params.mpl: ...", a line per bad parameter).
-            named = re.match(r"^[\w.]+: ", msg) and msg.startswith(where)
+            named = re.match(r"^[\w.]+: ", msg) and (not loc or msg.startswith(where))
             lines.extend(f"{msg}{shown}".splitlines() if named else [f"{where}: {msg}{shown}"])
-    return "invalid scenario:\n  " + "\n  ".join(lines)
+    return lines
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -425,7 +457,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"--set {key}: value {raw!r} is not valid YAML ({exc.problem})") from None
+        raise ScenarioError(f"--set {key}: value {raw!r} is not valid YAML ({_yaml_problem(exc)})") from None
     return path, value
 
 
@@ -454,18 +486,55 @@ def apply_override(doc: dict, path: list[str], value: Any) -> None:
         cur[last] = value
 
 
-def load(path: str | Path | None = None, overrides: list[str] = (), doc: dict | None = None) -> Scenario:
+def _yaml_problem(exc: Exception) -> str:
+    """One line for a YAML error: what is wrong and where (PyYAML's own text spans several lines)."""
+    problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or getattr(exc, "context", None)
+    mark = getattr(exc, "problem_mark", None)
+    if problem is None:
+        problem = f"{type(exc).__name__}: {exc}"
+    at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    if mark is None and getattr(exc, "position", None) is not None:
+        at = f" at character {exc.position}"
+    return " ".join(f"{problem}{at}".split())
+
+
+def _read_doc(p: Path) -> dict:
+    """The YAML document of scenario file ``p``; every way it can be unusable is one ScenarioError line."""
+    if not p.exists():
+        raise ScenarioError(f"scenario file {p} does not exist")
+    if p.is_dir():
+        inside = sorted(q.name for q in p.glob("*.yaml"))[:5]
+        hint = f" (it holds {', '.join(inside)})" if inside else ""
+        raise ScenarioError(f"scenario file {p} is a directory; give a YAML file{hint}")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(
+            f"{p}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+            "save the scenario as UTF-8"
+        ) from None
+    except OSError as exc:
+        raise ScenarioError(f"{p}: cannot read it: {exc.strerror or exc}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
+        # ValueError: a scalar YAML resolves but Python refuses (a date such as 2024-13-01).
+        raise ScenarioError(f"{p}: not valid YAML: {_yaml_problem(exc)}") from None
     if doc is None:
-        p = Path(path)
-        if not p.exists():
-            raise ScenarioError(f"scenario file {p} does not exist")
-        try:
-            doc = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ScenarioError(f"{p}: not valid YAML: {exc}") from None
-        if not isinstance(doc, dict):
-            raise ScenarioError(f"{p}: the top level must be a mapping (cluster:, scheduler:, workload: ...)")
-        doc.setdefault("name", p.stem)
+        doc = {}
+    if not isinstance(doc, dict):
+        raise ScenarioError(f"{p}: the top level must be a mapping (cluster:, scheduler:, workload: ...)")
+    doc.setdefault("name", p.stem)
+    return doc
+
+
+def load(path: str | Path | None = None, overrides: list[str] = (), doc: dict | None = None) -> Scenario:
+    """The validated scenario from a file (or ``doc``) with ``--set`` overrides applied; anything wrong
+    with it raises :class:`ScenarioError` naming the field and the fix."""
+    if doc is None:
+        doc = _read_doc(Path(path))
+    elif not isinstance(doc, dict):
+        raise ScenarioError("the top level must be a mapping (cluster:, scheduler:, workload: ...)")
     doc = copy.deepcopy(doc)  # overrides must not leak into the caller's document
     for text in overrides:
         apply_override(doc, *parse_override(text))
@@ -473,7 +542,7 @@ def load(path: str | Path | None = None, overrides: list[str] = (), doc: dict | 
     try:
         scn = Scenario.model_validate(doc)
     except ValidationError as exc:
-        raise ScenarioError(_format_errors(exc)) from None
+        raise ScenarioError.listing("invalid scenario", _format_errors(exc)) from None
     if scn.sweep:
         from testbed.sweep import variants
 

@@ -242,8 +242,7 @@ def variants(scn: Scenario) -> list[Variant]:
                 apply_override(doc, key.split("."), copy.deepcopy(value))
             vs = load(doc=doc)
         except ScenarioError as exc:
-            msg = str(exc).removeprefix("invalid scenario:\n  ").replace("--set ", "set ")
-            errors.extend(f"variant '{sv.name}': {line.strip()}" for line in msg.splitlines())
+            errors.extend(f"variant '{sv.name}': {p.replace('--set ', 'set ')}" for p in exc.problems)
             continue
         wl = [k for k in sv.set if k.split(".")[0] == "workload"]
         if wl:
@@ -252,7 +251,7 @@ def variants(scn: Scenario) -> list[Variant]:
             )
         built.append(Variant(sv.name, dict(sv.set), vs, tuple(notes)))
     if errors:
-        raise ScenarioError("invalid sweep:\n  " + "\n  ".join(errors))
+        raise ScenarioError.listing("invalid sweep", errors)
     # Same seed, same jobs: say so when a variant's keys change the jobs without naming the workload
     # (cluster.cpu_rate, for instance, changes how many iterations a drawn duration is). A scheduler key
     # changes only the wait mode, which the fingerprint leaves out, so those variants are not rebuilt.

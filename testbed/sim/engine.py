@@ -229,10 +229,7 @@ class Simulation:
         self.gp: GlobalPolicy = scheduler.make_global(nodes, params, seed)
         self.gp.set_node_memory(node_memory_mb)
         self._util = bool(type(self.gp).wants_utilization)
-        self.nodes = [
-            _Node(n, scheduler.make_local(n, params, seed))
-            for n in range(nodes)
-        ]
+        self.nodes = [_Node(n, scheduler.make_local(n, params, seed)) for n in range(nodes)]
         self.core = DecisionCore(
             jobs, self.gp, scheduler.name, nodes, self, self._emit_job, on_node_down=on_node_down
         )

@@ -25,6 +25,8 @@ from testbed.agent import NodeAgent, NodeConfig
 from testbed.coordinator import Coordinator, LocalProxy
 from testbed.jobs import Job
 
+from ..conftest import require
+
 NODE_FAMILIES = {
     "testbed_node_cpu_utilization_ratio",
     "testbed_node_power_watts",
@@ -70,8 +72,7 @@ def _families(text: str) -> set[str]:
 
 def _promtool(text: str) -> None:
     exe = shutil.which("promtool")
-    if exe is None:
-        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
+    require(exe is not None, "promtool is not installed (Debian: apt-get install prometheus; .ci/run does)")
     p = subprocess.run([exe, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
     assert p.returncode == 0, p.stdout + p.stderr
 

@@ -17,6 +17,8 @@ from testbed.agent import NodeAgent, NodeConfig
 from testbed.coordinator import Coordinator, LocalProxy
 from testbed.jobs import Job
 
+from ..conftest import measured
+
 
 def _run(tmp_path, scheduler, params, jobs, nodes=4, tdf=2.0, timeout=120.0, keep=None):
     """Runs jobs on ``nodes`` in-process agents; ``keep`` (a dict) receives the coordinator."""
@@ -70,25 +72,38 @@ def _job(jid, size, iterations=10, gcomp=30.0, submit=0.0):
 
 def test_gang_time_slices_two_full_size_jobs(tmp_path):
     jobs = [_job("a", 4), _job("b", 4)]
-    events = _run(tmp_path, "gang", {"mpl": 2, "quantum_ms": 50.0}, jobs)
-    rows = {r["job_id"]: r for r in results.job_rows(events)}
-    assert all(r["final_state"] == results.COMPLETED for r in rows.values()), rows
     ideal = Synthetic.ideal_runtime(jobs[0].app)  # 0.3 s alone
-    # Both started at once and shared the nodes by time slices: each took about twice as long.
-    for r in rows.values():
-        assert r["starting_time"] < 0.05
-        assert r["execution_time"] > 1.5 * ideal, r
+    tries = iter(range(1, 10))
+
+    def run():
+        events = _run(tmp_path / f"try{next(tries)}", "gang", {"mpl": 2, "quantum_ms": 50.0}, jobs)
+        rows = {r["job_id"]: r for r in results.job_rows(events)}
+        assert all(r["final_state"] == results.COMPLETED for r in rows.values()), rows
+        # Both started at once and shared the nodes by time slices: each took about twice as long.
+        for r in rows.values():
+            assert r["starting_time"] < 0.05
+            assert r["execution_time"] > 1.5 * ideal, r
+        switches = [e for e in events if e["kind"] == ev.SLOT_SWITCH]
+        per_slot = {}
+        for e in switches:
+            per_slot.setdefault(e["slot"], set()).add(e["node"])
+        assert len(per_slot) >= 8
+        assert all(len(nodes) == 4 for nodes in per_slot.values())
+        return rows, results.slot_skews_ms(events)
+
+    def in_window(m) -> bool:
+        rows, skews = m
         # The work was really done: 4 ranks x the job's CPU, plus each worker's interpreter start-up
-        # (about 0.1-0.2 s of CPU per process here, more on a loaded host where the calibration drifts).
-        assert 4 * ideal * 0.9 <= r["cpu_time"] <= 4 * (ideal + 0.4), r
-    switches = [e for e in events if e["kind"] == ev.SLOT_SWITCH]
-    per_slot = {}
-    for e in switches:
-        per_slot.setdefault(e["slot"], set()).add(e["node"])
-    assert len(per_slot) >= 8
-    assert all(len(nodes) == 4 for nodes in per_slot.values())
-    skews = results.slot_skews_ms(events)
-    assert sorted(skews)[len(skews) // 2] < 5.0, skews  # median well below a quantum
+        # (about 0.1-0.2 s of CPU per process here); and the median switch skew is well below a quantum.
+        cpu_ok = all(4 * ideal * 0.9 <= r["cpu_time"] <= 4 * (ideal + 0.4) for r in rows.values())
+        return cpu_ok and sorted(skews)[len(skews) // 2] < 5.0
+
+    measured(
+        run,
+        in_window,
+        why="on a loaded host the work unit's calibration drifts (CPU per job moves) and a node's timer "
+        "thread can be late (switch skew)",
+    )
 
 
 def test_local_runs_jobs_side_by_side(tmp_path):

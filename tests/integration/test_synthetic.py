@@ -21,6 +21,8 @@ from testbed.jobs import Job, JobSpec, WaitSpec
 from testbed.loop import LoopThread
 from testbed.nic import Nic
 
+from ..conftest import measured
+
 
 class Hooks:
     def __init__(self) -> None:
@@ -141,13 +143,21 @@ def test_missing_calibration_is_a_clear_error(nodes, tmp_path) -> None:
 def test_work_kernel_and_calibration() -> None:
     assert WORK_UNIT_S == JOBS_WORK_UNIT_S
     assert spin(1000) == spin(1000)  # deterministic
-    ipu = calibrate(0.05)
-    assert ipu > 100
-    t0 = time.thread_time()
-    work(20, ipu)
-    used = time.thread_time() - t0
-    # 20 units = 20 ms of CPU; generous bounds, the CPUs are shared
-    assert 0.01 < used < 0.06, used
+
+    def run():
+        ipu = calibrate(0.05)
+        assert ipu > 100
+        t0 = time.thread_time()
+        work(20, ipu)
+        return time.thread_time() - t0
+
+    # 20 units = 20 ms of CPU, with the calibration made just before (the same-test baseline)
+    measured(
+        run,
+        lambda used: 0.01 < used < 0.06,
+        why="the calibration and the work it calibrates are 50 ms of CPU apart; a change of the host's "
+        "load in between (the other hyperthread busy, say) moves iterations per CPU-ms by up to 25 %",
+    )
 
 
 def test_probe_prints_one_json_line() -> None:

@@ -260,7 +260,7 @@ def test_scenario_errors_give_one_line_per_bad_parameter():
     with pytest.raises(ScenarioError) as exc:
         load(doc=doc)
     assert str(exc.value) == (
-        "invalid scenario:\n"
+        "invalid scenario: 2 problems:\n"
         "  scheduler.params.mpl: paired needs a whole number of matrix rows >= 1, got 0 (default 3)\n"
         "  scheduler.params.matching: paired needs 'fair' or 'best-fit', got 'greedy' (default 'fair')"
     )
@@ -277,7 +277,7 @@ def test_a_sweep_names_the_variant_and_each_bad_parameter():
     with pytest.raises(ScenarioError) as exc:
         load(doc=doc)
     lines = str(exc.value).splitlines()
-    assert lines[0] == "invalid sweep:"
+    assert lines[0] == "invalid sweep: 2 problems:"
     assert lines[1:] == [
         "  variant 'v': scheduler.params.mpl: gang needs a whole number of matrix rows >= 1, got 0 "
         "(default 3)",
@@ -298,8 +298,10 @@ def test_validate_exits_2_naming_the_bad_parameter(tmp_path: Path):
     p = _cli("validate", str(bad))
     assert p.returncode == 2, p.stdout + p.stderr
     named = [line for line in p.stderr.splitlines() if "scheduler.params" in line]
+    # One problem: one line (the issue-12 format: "error: invalid scenario: <the problem>").
     assert named == [
-        "  scheduler.params.mpl: local needs a whole number of processes per node >= 1, got 0 (default 3)"
+        "error: invalid scenario: scheduler.params.mpl: local needs a whole number of processes per node >= 1, "
+        "got 0 (default 3)"
     ]
     good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump({**MINI, "scheduler": {"name": "local", "params": {"mpl": 1}}}))

@@ -38,3 +38,27 @@ def test_errors_interrupts_and_jobs_left_queued_are_not_planned():
         "job c never started",
         "job e failed: node 3 went down (its agent died (ActorDiedError))",
     ]
+
+
+def test_a_started_job_without_an_end_was_killed_by_the_run_stopping():
+    evs = [
+        {"t": 0.0, "kind": ev.JOB_SUBMITTED, "job": "a", "size": 2},
+        {"t": 0.1, "kind": ev.JOB_STARTED, "job": "a", "nodes": [0, 1]},
+        {"t": 0.2, "kind": ev.JOB_SUBMITTED, "job": "b", "size": 2},
+    ]
+    rows = {r["job_id"]: r for r in results.job_rows(evs)}
+    assert (rows["a"]["final_state"], rows["a"]["reason"]) == (results.KILLED, results.NO_END_RECORDED)
+    assert rows["b"]["final_state"] == results.NOT_STARTED  # still queued: it never started
+    assert [b["job"] for b in results.unplanned(list(rows.values()))] == ["a", "b"]
+
+
+def test_describe_error_is_one_line_with_where_it_was_raised():
+    def policy():
+        raise ZeroDivisionError("division by zero\nsecond line")
+
+    try:
+        policy()
+    except ZeroDivisionError as exc:
+        line = ev.describe_error(exc)
+    assert line.startswith("ZeroDivisionError: division by zero second line (unit/test_results.py:")
+    assert line.endswith(" in policy)") and "\n" not in line
