@@ -89,6 +89,23 @@ class EventWriter:
             self._fh = None
 
 
+class JsonlSink:
+    """Writes records as JSON lines as they come, without holding them: a simulation of millions of
+    events keeps its log on disk, and an interrupted one keeps what it had logged."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self._fh: IO[str] | None = open(path, "w", encoding="utf-8", buffering=1 << 20)  # noqa: SIM115
+        self._dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+    def __call__(self, record: dict) -> None:
+        self._fh.write(self._dumps(record) + "\n")
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
 def read_jsonl(path: str | os.PathLike) -> Iterator[dict]:
     """Reads events, tolerating a torn last line (a crash mid-write)."""
     with open(path, encoding="utf-8") as fh:

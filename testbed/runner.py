@@ -254,15 +254,19 @@ def run_once(
     (run_dir / MARK).write_text(yaml.safe_dump(scn.model_dump(mode="json"), sort_keys=False))
     jobs = build(scn)
     if backend == "sim":
-        return _run_sim(scn, jobs, run_dir)
+        return _run_sim(scn, jobs, run_dir, on_status)
     return _run_real(scn, jobs, run_dir, on_status, on_phase, prometheus, notice)
 
 
-def _run_sim(scn: Scenario, jobs, run_dir: Path) -> dict:
+def _run_sim(scn: Scenario, jobs, run_dir: Path, on_status=None) -> dict:
     from testbed.schedulers import registry
     from testbed.sim import Simulation
 
     facts = results.facts_of(scn, "sim", 1.0, "modelled")
+    log = run_dir / "events.jsonl"
+    # Streamed to the file as they happen (in time order): a run of millions of events is not held, and
+    # what an interrupted one simulated is kept.
+    sink = ev.JsonlSink(log)
     sim = None
     try:
         sim = Simulation(
@@ -280,25 +284,22 @@ def _run_sim(scn: Scenario, jobs, run_dir: Path) -> dict:
             ),
             faults=scn.faults.as_tuples(),
             on_node_down=scn.faults.on_node_down,
+            sink=sink,
         )
-        events = sim.run()
+        sim.run(on_status=on_status)
     except (Exception, KeyboardInterrupt) as exc:
-        # What was simulated until then is kept, and the summary says how it ended.
-        events = sorted(sim.events if sim is not None else [], key=lambda e: e["t"])
-        ev.write_all(events, run_dir / "events.jsonl")
+        sink.close()
         if isinstance(exc, KeyboardInterrupt):
-            results.write(run_dir, events, facts, {"ended": "interrupted (Ctrl-C)", "error": None})
+            extra = {"ended": "interrupted (Ctrl-C)", "error": None}
+            results.write(run_dir, ev.read_jsonl(log), facts, extra)
             raise
         error = f"the simulation stopped: {ev.describe_error(exc)}"
-        results.write(run_dir, events, facts, {"ended": f"error: {error}", "error": error})
+        results.write(run_dir, ev.read_jsonl(log), facts, {"ended": f"error: {error}", "error": error})
         raise RunFailed(error, run_dir) from exc
-    ev.write_all(events, run_dir / "events.jsonl")
+    sink.close()
     # Said as a real run says it: the duration, a stall (the simulator's own reason), or every job ended.
-    kills = [e.get("reason") or "" for e in events if e["kind"] == ev.JOB_KILLED]
-    ended = next((r for r in kills if r.startswith("simulation stalled")), "all jobs ended")
-    if any(r.startswith(ev.DURATION_REACHED) for r in kills):
-        ended = ev.DURATION_REACHED
-    return results.write(run_dir, events, facts, {"ended": ended, "error": None})
+    ended = sim.core.ended or "all jobs ended"
+    return results.write(run_dir, ev.read_jsonl(log), facts, {"ended": ended, "error": None})
 
 
 def _run_real(scn: Scenario, jobs, run_dir: Path, on_status, on_phase, prometheus, notice) -> dict:
