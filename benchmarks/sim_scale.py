@@ -5,7 +5,8 @@ includes start-up, the workload build, the simulation, writing the event log and
 peak resident memory:
 
 - sim_easy_s: batch with EASY backfilling (the scenario as shipped);
-- sim_gang_s: strict gang scheduling, MPL 3, 10-minute quanta.
+- sim_gang_s: strict gang scheduling, MPL 3, 10-minute quanta;
+- ``*_cpu_s``: the same runs' CPU time (user + system), which another load on the host changes less.
 
 Targets (issue 8): sim_easy_s <= 30, sim_gang_s <= 60, sim_peak_rss_mb <= 1024, on a 2-core machine. A
 baseline measured in the same run, a fixed pure-Python workload of the simulator's kind (a heap of timed
@@ -49,17 +50,19 @@ def baseline() -> float:
     return time.perf_counter() - t
 
 
-def run(args: list[str], out: Path) -> float:
-    """Wall seconds of one `testbed run` child process."""
+def run(args: list[str], out: Path) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system) of one `testbed run` child process."""
     cmd = [sys.executable, "-m", "testbed.cli", "run", str(SCENARIO), "--backend", "sim", "-q"]
     cmd += ["--out", str(out)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.Popen([*cmd, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     _, err = proc.communicate()
     wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"testbed run failed ({proc.returncode}): {err.strip()}")
-    return wall
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,16 +74,18 @@ def main(argv: list[str] | None = None) -> int:
     common = ["--set", f"workload.trace.count={args.jobs}"]
     base = statistics.median(baseline() for _ in range(3))
     figures: dict[str, list[float]] = {"easy": [], "gang": []}
+    cpu: dict[str, list[float]] = {"easy": [], "gang": []}
     with tempfile.TemporaryDirectory(prefix="sim-scale-") as tmp:
         for rep in range(args.reps):
             for name, extra in (("easy", []), ("gang", GANG)):
                 out = Path(tmp) / f"{name}-{rep}"
                 t = time.perf_counter()
-                wall = run([*common, *extra], out)
+                wall, used = run([*common, *extra], out)
                 figures[name].append(wall)
+                cpu[name].append(used)
                 summary = json.loads((out / "summary.json").read_text())
                 print(
-                    f"{name:>4}: {wall:6.1f} s  {summary['jobs']} jobs, "
+                    f"{name:>4}: {wall:6.1f} s ({used:.1f} s CPU)  {summary['jobs']} jobs, "
                     f"{summary['jobs_by_state']}, makespan {summary['makespan_s']:.0f} s "
                     f"({time.perf_counter() - t:.1f} s)",
                     flush=True,
@@ -91,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "sim_easy_s": round(easy, 2),
         "sim_gang_s": round(gang, 2),
+        "sim_easy_cpu_s": round(statistics.median(cpu["easy"]), 2),
+        "sim_gang_cpu_s": round(statistics.median(cpu["gang"]), 2),
         "sim_peak_rss_mb": round(peak, 1),
         "jobs": args.jobs,
         "nodes": 1000,
