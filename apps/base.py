@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
+from testbed.apps.reports import DEADLINES_MET, DEADLINES_MISSED
 
 if TYPE_CHECKING:
     from testbed.apps.worker import WorkerContext
@@ -43,10 +44,6 @@ WORK_UNIT_S = 0.001
 WAIT_MODES = ("spin", "block", "spin-block")
 #: How a send waits for the receiving NIC's acknowledgement; "none" does not wait (no acknowledgement).
 SEND_WAITS = ("none", *WAIT_MODES)
-
-#: The deadline counters (progress units) a real-time kind reports, one increment per deadline.
-DEADLINES_MET = "deadlines_met"
-DEADLINES_MISSED = "deadlines_missed"
 
 
 class AppConfig(BaseModel):

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed import events as ev
+from testbed.apps.reports import DEADLINE_UNITS as _DEADLINE_UNITS
+from testbed.apps.reports import DEADLINES_MISSED
 
 JOB_COLUMNS = [
     "job_id",
@@ -108,6 +110,7 @@ class Tally:
         self.cls: dict[str, str] = {}
         self.start: dict[str, float] = {}
         self.progress: dict[tuple[str, str], tuple[float, float]] = {}  # (job, unit) -> (value, t)
+        self.deadlines: dict[tuple[str, int, str], float] = {}  # (job, rank, met|missed unit) -> count
 
     def add(self, e: dict) -> None:
         kind = e["kind"]
@@ -142,6 +145,10 @@ class Tally:
             err = abs(e["error"])
             self.rate_err = err if self.rate_err is None else max(self.rate_err, err)
         elif kind == ev.PROGRESS:
+            unit = e.get("unit")
+            if unit in _DEADLINE_UNITS:  # each rank counts its own; a counter only grows
+                key = (e["job"], e.get("rank", 0), unit)
+                self.deadlines[key] = max(self.deadlines.get(key, 0.0), float(e["value"]))
             if e.get("job") in self.start:
                 key = (e["job"], e.get("unit", "barriers"))
                 old = self.progress.get(key)
@@ -187,6 +194,31 @@ class Tally:
     def paired_fraction(self) -> float | None:
         total, paired = self.planned
         return paired / total if total else None
+
+    def ratios(self, rows: list[dict]) -> dict[str, float]:
+        """``reject_ratio`` (jobs rejected / jobs submitted) and, where any job reported deadlines,
+        ``deadline_miss_ratio`` (deadlines missed / deadlines due), overall and ``.<class>`` per job class."""
+        cls = {r["job_id"]: r["job_class"] or "default" for r in rows}
+        out: dict[str, float] = {}
+        if rows:
+            by_class: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+            for r in rows:
+                c = by_class[cls[r["job_id"]]]
+                c[0] += r["final_state"] == REJECTED
+                c[1] += 1
+            out["reject_ratio"] = sum(c[0] for c in by_class.values()) / len(rows)
+            if len(by_class) > 1:
+                out.update({f"reject_ratio.{k}": v[0] / v[1] for k, v in sorted(by_class.items())})
+        if self.deadlines:
+            due: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # class -> [missed, all]
+            for (job, _rank, unit), n in self.deadlines.items():
+                d = due[cls.get(job, "default")]
+                d[0] += n if unit == DEADLINES_MISSED else 0.0
+                d[1] += n
+            missed, total = sum(d[0] for d in due.values()), sum(d[1] for d in due.values())
+            out["deadline_miss_ratio"] = missed / total if total else 0.0
+            out.update({f"deadline_miss_ratio.{k}": d[0] / d[1] for k, d in sorted(due.items()) if d[1]})
+        return out
 
     def progress_rates(self) -> dict[str, float]:
         rates: dict[str, list[float]] = defaultdict(list)
@@ -277,6 +309,7 @@ def summarize(events: Iterable[dict] | Tally, facts: RunFacts) -> dict:
         "quanta_paired_fraction": t.paired_fraction(),
         "jobs_not_as_planned": unplanned(rows),
     }
+    out.update(t.ratios(rows))
     out.update(t.progress_rates())
     return out
 

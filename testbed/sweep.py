@@ -42,9 +42,10 @@ METRICS = (
     "makespan_s",
     "energy_j",
 )
-#: Compared when some variant's summary has them: the share of paired quanta (paired gang), and the
-#: per-class progress rates (``barriers_per_s.<class>``, paper 002).
-OPTIONAL_METRICS = ("quanta_paired_fraction",)
+#: Compared when some variant's summary has them: the share of paired quanta (paired gang), the share of
+#: jobs rejected and of deadlines missed (admission control, real-time classes), and the per-class
+#: progress rates (``barriers_per_s.<class>``, paper 002).
+OPTIONAL_METRICS = ("quanta_paired_fraction", "reject_ratio", "deadline_miss_ratio")
 
 
 def is_metric(name: str) -> bool:

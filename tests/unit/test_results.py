@@ -62,3 +62,40 @@ def test_describe_error_is_one_line_with_where_it_was_raised():
         line = ev.describe_error(exc)
     assert line.startswith("ZeroDivisionError: division by zero second line (unit/test_results.py:")
     assert line.endswith(" in policy)") and "\n" not in line
+
+
+def _ev(kind, t=0.0, **f):
+    return {"t": t, "wall": t, "src": "x", "kind": kind, **f}
+
+
+def test_reject_and_deadline_miss_ratios_overall_and_per_class():
+    events = [
+        _ev(ev.JOB_SUBMITTED, job="r1", job_class="rt", size=1),
+        _ev(ev.JOB_SUBMITTED, job="r2", job_class="rt", size=1),
+        _ev(ev.JOB_SUBMITTED, job="b1", job_class="be", size=1),
+        _ev(ev.JOB_REJECTED, job="r2", reason="no room"),
+        _ev(ev.JOB_STARTED, job="r1", nodes=[0, 1]),
+        # r1's last stage (rank 1) counts deadlines as it goes; rank 0 reports none; counters only grow.
+        _ev(ev.PROGRESS, 1.0, job="r1", rank=1, unit="deadlines_met", value=80),
+        _ev(ev.PROGRESS, 1.0, job="r1", rank=1, unit="deadlines_missed", value=10),
+        _ev(ev.PROGRESS, 2.0, job="r1", rank=1, unit="deadlines_met", value=90),
+        _ev(ev.PROGRESS, 2.0, job="r1", rank=1, unit="deadlines_missed", value=30),
+        _ev(ev.JOB_FINISHED, 2.0, job="r1"),
+        _ev(ev.JOB_STARTED, job="b1", nodes=[2]),
+        _ev(ev.JOB_FINISHED, 3.0, job="b1"),
+    ]
+    t = results.tally(events)
+    got = t.ratios(t.rows())
+    assert got == {
+        "reject_ratio": 1 / 3,
+        "reject_ratio.be": 0.0,
+        "reject_ratio.rt": 0.5,
+        "deadline_miss_ratio": 30 / 120,
+        "deadline_miss_ratio.rt": 30 / 120,
+    }
+
+
+def test_no_deadline_ratio_without_deadlines_and_one_reject_ratio_for_one_class():
+    events = [_ev(ev.JOB_SUBMITTED, job="a", job_class="compute", size=1), _ev(ev.JOB_REJECTED, job="a")]
+    t = results.tally(events)
+    assert t.ratios(t.rows()) == {"reject_ratio": 1.0}
