@@ -19,9 +19,10 @@ kind is one module in ``apps/`` with one :class:`ProgramKind` subclass that decl
    the simulator's engine drives (CPU sharing, message latency and bandwidth, wait modes, the node's local
    policy), so the simulator knows nothing of any one kind.
 
-Jobs with processes outside the allocated nodes (a divisible-load head, an ``mpiexec``) and node-local
-programs that no global policy places (a local user) are described in docs/architecture.md: the
-interface leaves room for them (:attr:`ProgramKind.head`), the runtime does not run them yet.
+A kind may add one process outside the nodes the policy allocates (:attr:`ProgramKind.head`: a
+divisible-load head sending the data, an ``mpiexec``): it runs on the cluster's head node, which no policy
+sees, as the last rank. Node-local programs that no global policy places (a local user) are not supported
+yet (docs/architecture.md, "Program kinds").
 """
 
 from __future__ import annotations
@@ -182,8 +183,9 @@ class ProgramKind:
     summary: ClassVar[str]  # one line for `testbed apps`
     Config: ClassVar[type[AppConfig]]
     reports: ClassVar[Reports] = Reports()
-    #: True when the kind needs a process outside the allocated nodes (a divisible-load head sending the
-    #: data, an ``mpiexec``). Not run by either backend yet: a kind that sets it is refused at load time.
+    #: True when the job has one process more than the nodes its policy allocates: rank ``size`` (the
+    #: last), on the cluster's head node, outside the policy's view (a divisible-load head sending the
+    #: data, an ``mpiexec``). Its model and its ``run`` see ``ctx.size`` = allocated nodes + 1.
     head: ClassVar[bool] = False
 
     # -- scenario -> job -------------------------------------------------------------------------------

@@ -146,7 +146,7 @@ class DecisionCore:
             self.fail(now, job_id, reason or f"rank {rank} failed")
             return
         rec.ranks_ok.add(rank)
-        if len(rec.ranks_ok) == rec.job.spec.size:
+        if len(rec.ranks_ok) == rec.job.processes:
             self._final(rec, FINISHED)
             self.emit(ev.JOB_FINISHED, now, job=job_id)
             self._ask(now, self.policy.finished, job_id)

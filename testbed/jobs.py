@@ -28,16 +28,21 @@ class Job:
     def kind(self) -> type[ProgramKind]:
         return kinds.get(self.app.kind)
 
+    @property
+    def processes(self) -> int:
+        """Its processes: one per allocated node, and the head (rank ``size``) if its kind has one."""
+        return self.spec.size + (1 if self.kind.head else 0)
+
     def launch(self, rank: int, nics: list[str]) -> Launch:
         """Rank ``rank``'s command and the job's environment for it (the node adds its own): the kind's
-        launch, plus where the job's ranks are (tbcomm), how they wait (read once, by tbcomm) and the
-        memory each keeps resident."""
-        base = self.kind.launch(self.app, rank, self.spec.size)
+        launch, plus where the job's ranks are (``nics``: one NIC per rank, the head's last), how they
+        wait (read once, by tbcomm) and the memory each keeps resident."""
+        base = self.kind.launch(self.app, rank, self.processes)
         env = {
             **base.env,
             "TB_JOB": self.job_id,
             "TB_RANK": str(rank),
-            "TB_SIZE": str(self.spec.size),
+            "TB_SIZE": str(self.processes),
             "TB_NICS": ",".join(nics),
             "TB_WAIT_MODE": self.wait.mode,
             "TB_SPIN_US": repr(float(self.wait.spin_us)),

@@ -103,6 +103,7 @@ class Tally:
     def __init__(self) -> None:
         self.jobs: dict[str, dict] = {}
         self.cpu: dict[str, float] = defaultdict(float)
+        self.cpu_by_node: dict[int, float] = defaultdict(float)
         self.last_t = 0.0
         self.rate_err: float | None = None
         self.switches: dict[int, list[float]] = {}  # slot -> [earliest effect, latest effect, nodes]
@@ -168,6 +169,8 @@ class Tally:
             row["reason"] = e.get("reason", "") or ""
         elif kind == ev.PROC_EXITED and e.get("cpu_s") is not None:
             self.cpu[e["job"]] += float(e["cpu_s"])
+            if e.get("node") is not None:
+                self.cpu_by_node[e["node"]] += float(e["cpu_s"])
 
     def rows(self) -> list[dict]:
         rows = []
@@ -272,7 +275,10 @@ def summarize(events: Iterable[dict] | Tally, facts: RunFacts) -> dict:
     first = min((r["submission_time"] for r in rows), default=0.0)
     ends = [r["finish_time"] for r in rows if r["finish_time"] is not None]
     makespan = (max(ends) if ends else t.last_t) - first
-    total_cpu = sum(r["cpu_time"] or 0.0 for r in rows)
+    # The cluster's utilisation: a job's head process (on the head node, numbered from facts.nodes) is the
+    # job's CPU but not the cluster's.
+    head_cpu = sum(cpu for node, cpu in t.cpu_by_node.items() if node >= facts.nodes)
+    total_cpu = sum(r["cpu_time"] or 0.0 for r in rows) - head_cpu
     capacity = facts.nodes * facts.cores_per_node * facts.cpu_rate * makespan
     util = total_cpu / capacity if capacity > 0 else 0.0
     # Paper 003: E = (B + X*U) * N * T.

@@ -62,6 +62,7 @@ from testbed.schedulers.base import (
     ProcExited,
     ReceiverBlocked,
     ReceiverWaiting,
+    RunAll,
     Scheduler,
     SenderBlocked,
     SenderWoken,
@@ -230,6 +231,11 @@ class Simulation:
         self.gp.set_node_memory(node_memory_mb)
         self._util = bool(type(self.gp).wants_utilization)
         self.nodes = [_Node(n, scheduler.make_local(n, params, seed)) for n in range(nodes)]
+        # The head node (number ``nodes``, outside every policy's view) runs the jobs' head processes
+        # (ProgramKind.head) with plain OS scheduling; it exists only if some job has a head.
+        heads = any(job.kind.head for job in jobs)
+        self.head = _Node(nodes, RunAll(nodes, {}, seed)) if heads else None
+        self._all_nodes = [*self.nodes, self.head] if heads else self.nodes
         self.core = DecisionCore(
             jobs, self.gp, scheduler.name, nodes, self, self._emit_job, on_node_down=on_node_down
         )
@@ -341,7 +347,7 @@ class Simulation:
         if self.core.open == 0:
             return
         self.now = t
-        for node in self.nodes:
+        for node in self._all_nodes:
             self._sync(node)
         self.core.end(t, reason)
 
@@ -366,9 +372,10 @@ class Simulation:
     def launch(self, job: Job, nodes: tuple[int, ...]) -> None:
         r = _JobRun(job)
         self.runs[job.job_id] = r
-        size = len(nodes)
-        for rank, n in enumerate(nodes):
-            node = self.nodes[n]
+        size = job.processes
+        placed = [self.nodes[n] for n in nodes] + ([self.head] if job.kind.head else [])
+        for rank, node in enumerate(placed):
+            n = node.idx
             p = _Process(r, rank, node, SimContext(rank, size, self._clock))
             r.procs.append(p)
             self._touch(node)
