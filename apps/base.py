@@ -97,6 +97,16 @@ class Reports:
         return DEADLINES_MET in self.units or DEADLINES_MISSED in self.units
 
 
+class RealTimeFacts(NamedTuple):
+    """What a real-time kind tells the policies about one job (``ProgramKind.realtime``); the workload
+    turns it into the policies' ``JobSpec.realtime`` (schedulers/base.py, ``RealTime``: same fields)."""
+
+    period_s: float  # d, emulated seconds
+    buffer: int  # b frames per period
+    work_s: tuple[float, ...]  # phi per rank, emulated CPU seconds per frame on a node of the cluster
+    max_wait_s: float | None  # w
+
+
 @dataclass(frozen=True)
 class Launch:
     """How one process of a job starts: ``argv`` with ``env`` added to the node's environment (the node
@@ -216,6 +226,24 @@ class ProgramKind:
         """The config changed to compute ``cpu_s`` seconds of CPU (at rate 1.0) in ``steps`` steps, the
         rest of its shape kept (trace replay: a job's recorded run time, in steps of bounded length)."""
         raise NotImplementedError(f"program kind {cls.name!r} cannot replay a trace's run times")
+
+    @classmethod
+    def fixed_size(cls, cfg: AppConfig) -> int | None:
+        """The number of processes the program itself fixes (a pipeline's stages), or None when the
+        scenario's ``size`` (or the generator's draw) decides."""
+        return None
+
+    @classmethod
+    def realtime(cls, cfg: AppConfig, cpu_rate: float = 1.0) -> RealTimeFacts | None:
+        """A real-time job's period, buffer, per-rank work and maximum queue wait, for the policies; None
+        for a best-effort program."""
+        return None
+
+    @classmethod
+    def problems(cls, cfg: AppConfig, nodes: int, cpu_rate: float) -> list[tuple[str, str]]:
+        """What makes the config unusable on a cluster of ``nodes`` nodes of rate ``cpu_rate``, found before
+        anything starts: (field path inside the ``app:`` section, what is wrong and the fix) each."""
+        return []
 
     @classmethod
     def default_class(cls, cfg: AppConfig) -> str:

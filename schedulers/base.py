@@ -31,6 +31,29 @@ from .params import PolicyConfigError, PolicyParams  # noqa: F401 - the policies
 
 
 @dataclass(frozen=True)
+class RealTime:
+    """What a real-time pipelined job tells the policies (docs/policies.md, "Real-time and best-effort
+    classes"): it must deliver ``buffer`` (b) frames every period ``buffer * period_s`` (Omega = b * d);
+    rank i needs ``work_s[i]`` (phi) emulated seconds of its node's CPU per frame; a job still waiting
+    in the queue after ``max_wait_s`` (w) is turned away. Filled by the program kind
+    (``ProgramKind.realtime``) when the workload is built, so a policy never reads a kind's config."""
+
+    period_s: float  # d: one frame is due every d
+    buffer: int  # b: frames that must be out by the end of each period
+    work_s: tuple[float, ...]  # phi per rank: CPU seconds per frame on a node of the cluster
+    max_wait_s: float | None = None  # w; None: waits indefinitely
+
+    @property
+    def omega_s(self) -> float:
+        """The period Omega = b * d."""
+        return self.buffer * self.period_s
+
+    @property
+    def phi_max(self) -> float:
+        return max(self.work_s, default=0.0)
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """A job as the policies see it. Times are emulated seconds."""
 
@@ -41,6 +64,8 @@ class JobSpec:
     memory_mb: float = 0.0
     exclusive: bool = False  # never share a quantum with another job (paired gang)
     job_class: str = "compute"
+    #: A real-time job's period, buffer and per-rank work; None for a best-effort job.
+    realtime: RealTime | None = None
 
 
 @dataclass(frozen=True, order=True)
@@ -124,6 +149,11 @@ class GlobalPolicy(ABC):
     #: the measurement otherwise.
     wants_utilization: ClassVar[bool] = False
 
+    #: True when a job waiting in the queue is not admitted yet (it may still be turned away, as an RT job
+    #: that waits longer than its w): the owner then logs its admission when it first starts, not when it
+    #: arrives, so admitted and rejected jobs add up to the jobs that arrived.
+    admits_at_start: ClassVar[bool] = False
+
     #: Memory of one node in MB, or None when unknown (no memory-aware allocation). The owner sets it
     #: through :meth:`set_node_memory` right after construction, before the first job arrives.
     node_memory_mb: float | None = None
@@ -192,7 +222,11 @@ class GlobalPolicy(ABC):
 
 @dataclass(frozen=True)
 class ProcAdded:
+    """A process started on the node; ``spec`` is its job as the global policy saw it (what a local policy
+    may need to know of the job: its class, a real-time job's period), None where the owner has none."""
+
     proc: Proc
+    spec: JobSpec | None = None
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import events as ev
+from testbed.apps.reports import SAMPLE_UNITS
 from testbed.clock import Clock
 from testbed.loop import LoopThread
 from testbed.mechanism.envelope import make_envelope
@@ -32,6 +33,7 @@ from testbed.messages import NodeError, ProcExit, QuantumUsage, SlotSwitches
 from testbed.nic import Nic
 from testbed.schedulers import registry
 from testbed.schedulers.base import (
+    JobSpec,
     LocalDecision,
     Proc,
     ProcAdded,
@@ -248,9 +250,11 @@ class NodeAgent:
         env: dict[str, str],
         job_class: str | None = None,
         attempt: int = 1,
+        spec: JobSpec | None = None,
     ) -> int:
         """Starts rank ``rank`` of ``job_id``'s start number ``attempt``: ``argv`` with the job's ``env``
-        on top of the node's own (testbed.jobs.Job.launch says what the job's part holds). What is left
+        on top of the node's own (testbed.jobs.Job.launch says what the job's part holds); ``spec`` is the job
+        as the global policy saw it (the local policy hears of it with the process). What is left
         here of an earlier start of the job's rank is killed first. Refused while the node is down."""
         if self.down is not None:
             raise NodeDownError(f"node {self.node} is down ({self.down})")
@@ -265,7 +269,9 @@ class NodeAgent:
             worker.kill()
             worker.close()
             raise RuntimeError(f"node {self.node} is shutting down")
-        return self.lt.call(self._register, Proc(job_id, rank), worker, f"{base}.err", attempt, timeout=30)
+        return self.lt.call(
+            self._register, Proc(job_id, rank), worker, f"{base}.err", attempt, spec, timeout=30
+        )
 
     def dispatch(self, at: float, slot: int, allowed: list[str]) -> None:
         received = time.monotonic()
@@ -332,7 +338,9 @@ class NodeAgent:
 
     def on_progress(self, proc: Proc, unit: str, value: float) -> None:
         self.events.emit(ev.PROGRESS, node=self.node, job=proc.job_id, rank=proc.rank, unit=unit, value=value)
-        if self.metrics is not None:  # value is cumulative per process; the counter takes increments
+        if self.metrics is not None and unit in SAMPLE_UNITS:  # one observation, not a running total
+            self._samples.append((self._job_class.get(proc.job_id), unit, value))
+        elif self.metrics is not None:  # value is cumulative per process; the counter takes increments
             key = (self._job_class.get(proc.job_id), unit)
             last = self._progress_last.get((proc, unit), 0.0)
             self._progress_last[(proc, unit)] = value
@@ -362,7 +370,9 @@ class NodeAgent:
         env.update(extra)
         return env
 
-    def _register(self, proc: Proc, worker: Worker, log: str, attempt: int = 1) -> int:
+    def _register(
+        self, proc: Proc, worker: Worker, log: str, attempt: int = 1, spec: JobSpec | None = None
+    ) -> int:
         if proc in self.procs:  # an earlier start of this rank, not killed yet: this one replaces it
             self._on_exit(proc, killed=f"replaced by start {attempt} of its job")
         now = self.clock.now()
@@ -374,7 +384,7 @@ class NodeAgent:
         self.events.emit(
             ev.PROC_STARTED, t=now, node=self.node, job=proc.job_id, rank=proc.rank, pid=worker.pid
         )
-        self._apply(self._decide(now, ProcAdded(proc)))
+        self._apply(self._decide(now, ProcAdded(proc, spec)))
         return worker.pid
 
     def _on_exit(self, proc: Proc, killed: str | None = None) -> None:
@@ -575,6 +585,7 @@ class NodeAgent:
         self._job_class: dict[str, str | None] = {}
         self._progress: dict[tuple[str | None, str], float] = {}
         self._progress_last: dict[tuple[Proc, str], float] = {}
+        self._samples: list[tuple[str | None, str, float]] = []
         mon = self.cfg.monitoring
         if not mon:
             return
@@ -663,6 +674,9 @@ class NodeAgent:
         for (jc, unit), amount in self._progress.items():
             m.add_progress(jc, unit, amount)
         self._progress.clear()
+        for jc, unit, value in self._samples:
+            m.observe_sample(jc, unit, value)
+        self._samples.clear()
         m.observe_decisions(self._decisions)
         self._decisions.clear()
         if self._switch_batch:

@@ -290,7 +290,7 @@ class Coordinator:
         for rank, node in enumerate(nodes):
             launch = job.launch(rank, nics)
             fut = self._call(node, "start_proc", job.job_id, rank, list(launch.argv), dict(launch.env),
-                             job.spec.job_class, attempt)  # fmt: skip
+                             job.spec.job_class, attempt, job.spec)  # fmt: skip
             fut.add_done_callback(lambda f, j=job.job_id, r=rank, n=node: self._started(f, j, r, n))
 
     def kill(self, job: Job, nodes: tuple[int, ...], reason: str) -> None:

@@ -112,9 +112,10 @@ class DecisionCore:
             return
         spec = rec.job.spec
         rec.state = QUEUED
-        self.emit(ev.JOB_SUBMITTED, now, job=job_id, size=spec.size, job_class=spec.job_class)
+        extra = {"realtime": True} if spec.realtime is not None else {}
+        self.emit(ev.JOB_SUBMITTED, now, job=job_id, size=spec.size, job_class=spec.job_class, **extra)
         self._ask(now, self.policy.submit, spec)
-        if rec.state != REJECTED:
+        if rec.state != REJECTED and not self.policy.admits_at_start:
             self.emit(ev.JOB_ADMITTED, now, job=job_id)
 
     def tick(self, now: float) -> None:
@@ -286,6 +287,8 @@ class DecisionCore:
         rec.state, rec.nodes = RUNNING, nodes
         rec.ranks_ok = set()
         rec.starts += 1
+        if rec.starts == 1 and self.policy.admits_at_start:
+            self.emit(ev.JOB_ADMITTED, now, job=a.job_id)
         self.emit(ev.JOB_STARTED, now, job=a.job_id, nodes=list(nodes))
         self.backend.launch(rec.job, nodes)
 

@@ -16,8 +16,9 @@ from typing import IO, Any
 import orjson
 
 # Job lifecycle (source: coordinator)
-JOB_SUBMITTED = "job_submitted"  # job, size, job_class
-JOB_ADMITTED = "job_admitted"  # job (the policy did not reject it on arrival)
+JOB_SUBMITTED = "job_submitted"  # job, size, job_class, realtime (true for a real-time job, else absent)
+# job (the policy did not reject it on arrival; or, under a policy that admits_at_start, it first started)
+JOB_ADMITTED = "job_admitted"
 JOB_REJECTED = "job_rejected"  # job, reason
 JOB_STARTED = "job_started"  # job, nodes
 JOB_FINISHED = "job_finished"  # job

@@ -365,6 +365,7 @@ class Scenario(_Model):
                 f"workload.generator.size.max ({g.size.max}) is above cluster.nodes ({self.cluster.nodes}); "
                 "lower it or add nodes"
             )
+        self._check_apps()
         state: dict[int, str] = {}
         for i, f in sorted(enumerate(self.faults.script), key=lambda e: (e[1].at_s, e[0])):
             where = f"faults.script.{i}"
@@ -379,6 +380,27 @@ class Scenario(_Model):
                 )
             state[f.node] = f.kind
         return self
+
+    def _check_apps(self) -> None:
+        """What each program kind finds wrong with its config on this cluster (``ProgramKind.problems``),
+        and a job size that contradicts the one its program fixes; each names its field."""
+        nodes, rate = self.cluster.nodes, self.cluster.cpu_rate
+        apps: list[tuple[str, Any, int | None]] = [
+            (f"workload.jobs.{i}", e.app, e.size) for i, e in enumerate(self.workload.jobs)
+        ]
+        g = self.workload.generator
+        if g is not None:
+            apps += [(f"workload.generator.classes.{i}", c.app, None) for i, c in enumerate(g.classes)]
+        for where, app, size in apps:
+            kind = kinds.get(app.kind)
+            for field, what in kind.problems(app, nodes, rate):
+                raise ValueError(f"{where}.app.{field}: {what}")
+            fixed = kind.fixed_size(app)
+            if fixed is not None and size is not None and size != fixed:
+                raise ValueError(
+                    f"{where}.size: {size}, but its {app.kind} program has {fixed} processes; "
+                    f"set size: {fixed}"
+                )
 
 
 # --------------------------------------------------------------------------------------------------------

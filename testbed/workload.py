@@ -12,7 +12,13 @@ from testbed.apps.base import AppConfig, WaitSpec
 from testbed.jobs import Job
 from testbed.scenario import Scenario
 from testbed.schedulers import registry
-from testbed.schedulers.base import JobSpec, job_wait
+from testbed.schedulers.base import JobSpec, RealTime, job_wait
+
+
+def _realtime(kind, app: AppConfig, rate: float) -> RealTime | None:
+    """What a real-time program tells the policies (its period, buffer, per-rank work, max wait)."""
+    facts = kind.realtime(app, rate)
+    return None if facts is None else RealTime(*facts)
 
 
 def _wait(cfg: AppConfig, scn: Scenario) -> WaitSpec:
@@ -52,6 +58,7 @@ def build(scn: Scenario) -> list[Job]:
                     memory_mb=entry.memory(),
                     exclusive=entry.exclusive,
                     job_class=job_class,
+                    realtime=_realtime(kind, app, rate),
                 ),
                 app,
                 _wait(entry.app, scn),
@@ -85,6 +92,9 @@ def build(scn: Scenario) -> list[Job]:
             else:
                 size = int(rng.integers(gen.size.min, gen.size.max + 1))
             kind = kinds.get(cls.app.kind)
+            # A program that fixes its own process count (a pipeline's stages) keeps it; the draw above is
+            # made all the same, so the other classes' draws do not depend on which class came up.
+            size = kind.fixed_size(cls.app) or size
             app = kind.resolve(cls.app)
             if dur is None:
                 app = kind.with_profile_length(app, cls.app.profile, d.scale)
@@ -99,6 +109,7 @@ def build(scn: Scenario) -> list[Job]:
                         estimate=kind.ideal_runtime(app, rate),
                         memory_mb=cls.memory(size),
                         job_class=cls.name,
+                        realtime=_realtime(kind, app, rate),
                     ),
                     app,
                     wait,
