@@ -12,6 +12,7 @@ from .base import ProgramKind
 
 _BUILTIN = {
     "synthetic": "testbed.apps.synthetic:Synthetic",
+    "vision": "testbed.apps.vision:Vision",
 }
 
 #: The kind of an ``app:`` section that does not name one.

@@ -2,8 +2,14 @@
 readers of a log need not import the kinds' config models).
 
 A worker reports running totals by unit (``progress(unit, value)``): barriers, iterations, frames, bytes
-... A deadline is reported as one of two such counters, one increment per deadline due."""
+... A deadline is reported as one of two such counters, one increment per deadline due. A *sample* unit
+(:data:`SAMPLE_UNITS`) is the exception: each report is one observation (a frame's end-to-end latency), not a
+running total; results average them and monitoring feeds them to a histogram."""
 
 DEADLINES_MET = "deadlines_met"
 DEADLINES_MISSED = "deadlines_missed"
 DEADLINE_UNITS = (DEADLINES_MET, DEADLINES_MISSED)
+
+#: Seconds from a frame's release to its leaving the last stage of a pipeline: one report per frame.
+FRAME_LATENCY = "frame_latency_s"
+SAMPLE_UNITS = (FRAME_LATENCY,)
