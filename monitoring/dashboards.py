@@ -222,7 +222,11 @@ def deadlines_admissions() -> dict:
     ], w=12, unit="percentunit")  # fmt: skip
     b.add("timeseries", "Admissions by job class", [
         (f"sum by (job_class, outcome) (testbed_admissions_total{sel})", "{{job_class}} {{outcome}}"),
-    ], w=24)  # fmt: skip
+    ], w=12)  # fmt: skip
+    b.add("timeseries", "Frame latency (release to last stage)", [
+        (_hq(0.5, "testbed_frame_latency_seconds", sel), "p50"),
+        (_hq(0.99, "testbed_frame_latency_seconds", sel), "p99"),
+    ], w=12, unit="s")  # fmt: skip
     return _dashboard(
         "testbed-deadlines",
         "testbed: deadlines and admissions",

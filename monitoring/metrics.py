@@ -18,6 +18,7 @@ import math
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from testbed.apps.reports import DEADLINES_MET, DEADLINES_MISSED, FRAME_LATENCY
 
 # The *_created series double every counter's size and nothing here reads them.
 disable_created_metrics()
@@ -34,6 +35,10 @@ ROLES = ("local", "global")
 DECISION_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 0.1)
 #: Gang switch skew: paper 000 assumes 1 ms; a loaded host reaches tens of ms.
 SKEW_BUCKETS = (1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0)
+#: A frame's end-to-end latency: a pipeline stage's work (ms) up to the whole buffer b*d (paper 000: 3.3 s).
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: Progress units that are deadlines (apps/reports.py), by outcome.
+_DEADLINE_OUTCOME = {DEADLINES_MET: "met", DEADLINES_MISSED: "missed"}
 
 
 def utilization(cpu_delta_s: float, dt_emu_s: float, cpu_rate: float = 1.0, cores: int = 1) -> float:
@@ -120,6 +125,25 @@ class NodeMetrics:
         for jc in job_classes:
             for u in PROGRESS_UNITS:
                 self._progress.labels(n, _job_class(jc), u)
+        # Deadlines are counted where workers report them (the node of a pipeline's last stage), from the
+        # same progress counters the results read (apps/reports.py): any program kind's deadlines.
+        self._deadlines = Counter(
+            "testbed_deadlines",
+            "Deadlines reported by the node's workers, by outcome (zero until a real-time job runs)",
+            ["node", "outcome", "job_class", "scheduler"],
+            registry=r,
+        )
+        self._latency = Histogram(
+            "testbed_frame_latency_seconds",
+            "End-to-end latency of each frame leaving a pipeline's last stage on this node (emulated s)",
+            ["node", "job_class", "scheduler"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        for jc in job_classes:
+            for o in DEADLINE_OUTCOMES:
+                self._deadlines.labels(n, o, _job_class(jc), scheduler)
+            self._latency.labels(n, _job_class(jc), scheduler)
         self.decision = Histogram(
             "testbed_policy_decision_seconds",
             "Real time the policy took per decision (local: per node event; global: per coordinator call)",
@@ -161,8 +185,18 @@ class NodeMetrics:
         self.procs["blocked"].set(blocked)
 
     def add_progress(self, job_class: str | None, unit: str, amount: float) -> None:
-        if amount > 0:
+        if amount <= 0:
+            return
+        outcome = _DEADLINE_OUTCOME.get(unit)
+        if outcome is not None:
+            self._deadlines.labels(self.node, outcome, _job_class(job_class), self.scheduler).inc(amount)
+        else:
             self._progress.labels(self.node, _job_class(job_class), _unit(unit)).inc(amount)
+
+    def observe_sample(self, job_class: str | None, unit: str, value: float) -> None:
+        """One observation of a sample unit (apps/reports.py, SAMPLE_UNITS)."""
+        if unit == FRAME_LATENCY:
+            self._latency.labels(self.node, _job_class(job_class), self.scheduler).observe(value)
 
     def observe_decisions(self, seconds: Iterable[float]) -> None:
         for s in seconds:
@@ -170,7 +204,8 @@ class NodeMetrics:
 
 
 class CoordinatorMetrics:
-    """The coordinator's metrics: jobs, admissions, deadlines, gang switch skew, global decision time."""
+    """The coordinator's metrics: jobs, admissions, gang switch skew, global decision time (deadlines are
+    the nodes': :class:`NodeMetrics`)."""
 
     def __init__(self, scheduler: str, tdf: float, job_classes: Iterable[str] = ()) -> None:
         self.scheduler = scheduler
@@ -183,20 +218,12 @@ class CoordinatorMetrics:
             ["outcome", "job_class", "scheduler"],
             registry=r,
         )
-        self._deadlines = Counter(
-            "testbed_deadlines",
-            "Deadlines by outcome (real-time schedulers; zero until one runs)",
-            ["outcome", "job_class", "scheduler"],
-            registry=r,
-        )
         # Every label combination exists from the start, at zero: panels and alerts see 0, not "no data".
         for jc in self.job_classes:
             for s in JOB_STATES:
                 self._jobs.labels(s, jc, scheduler).set(0)
             for o in ADMISSION_OUTCOMES:
                 self._admissions.labels(o, jc, scheduler)
-            for o in DEADLINE_OUTCOMES:
-                self._deadlines.labels(o, jc, scheduler)
         self.skew = Histogram(
             "testbed_gang_switch_skew_seconds",
             "Per gang slot: latest minus earliest node's switch effect (emulated seconds)",
@@ -230,10 +257,6 @@ class CoordinatorMetrics:
     def admission(self, outcome: str, job_class: str | None) -> None:
         assert outcome in ADMISSION_OUTCOMES, outcome
         self._admissions.labels(outcome, _job_class(job_class), self.scheduler).inc()
-
-    def deadline(self, outcome: str, job_class: str | None) -> None:
-        assert outcome in DEADLINE_OUTCOMES, outcome
-        self._deadlines.labels(outcome, _job_class(job_class), self.scheduler).inc()
 
     def observe_decisions(self, seconds: Iterable[float]) -> None:
         for s in seconds:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from testbed import events as ev
 from testbed.apps.reports import DEADLINE_UNITS as _DEADLINE_UNITS
-from testbed.apps.reports import DEADLINES_MISSED
+from testbed.apps.reports import DEADLINES_MISSED, SAMPLE_UNITS
 
 JOB_COLUMNS = [
     "job_id",
@@ -112,6 +112,8 @@ class Tally:
         self.start: dict[str, float] = {}
         self.progress: dict[tuple[str, str], tuple[float, float]] = {}  # (job, unit) -> (value, t)
         self.deadlines: dict[tuple[str, int, str], float] = {}  # (job, rank, met|missed unit) -> count
+        self.samples: dict[tuple[str, str], list[float]] = {}  # (unit, class) -> [sum, count, max]
+        self.rt: set[str] = set()  # real-time jobs (job_submitted's realtime)
 
     def add(self, e: dict) -> None:
         kind = e["kind"]
@@ -131,6 +133,8 @@ class Tally:
                 "reason": "",
             }
             self.cls[e["job"]] = e.get("job_class") or "default"
+            if e.get("realtime"):
+                self.rt.add(e["job"])
         elif kind == ev.SLOT_SWITCH:
             if e.get("effect") is not None:
                 s = self.switches.get(e["slot"])
@@ -147,6 +151,14 @@ class Tally:
             self.rate_err = err if self.rate_err is None else max(self.rate_err, err)
         elif kind == ev.PROGRESS:
             unit = e.get("unit")
+            if unit in SAMPLE_UNITS:  # one observation each, not a running total
+                key = (unit, self.cls.get(e.get("job"), "default"))
+                v = float(e["value"])
+                acc = self.samples.setdefault(key, [0.0, 0, v])
+                acc[0] += v
+                acc[1] += 1
+                acc[2] = max(acc[2], v)
+                return
             if unit in _DEADLINE_UNITS:  # each rank counts its own; a counter only grows
                 key = (e["job"], e.get("rank", 0), unit)
                 self.deadlines[key] = max(self.deadlines.get(key, 0.0), float(e["value"]))
@@ -221,6 +233,20 @@ class Tally:
             missed, total = sum(d[0] for d in due.values()), sum(d[1] for d in due.values())
             out["deadline_miss_ratio"] = missed / total if total else 0.0
             out.update({f"deadline_miss_ratio.{k}": d[0] / d[1] for k, d in sorted(due.items()) if d[1]})
+        if self.rt:  # paper 000's figures: RT jobs turned away, BE jobs' mean response time
+            rt_rows = [r for r in rows if r["job_id"] in self.rt]
+            out["rt_rejected_ratio"] = sum(r["final_state"] == REJECTED for r in rt_rows) / len(rt_rows)
+            be = [
+                r["turnaround_time"]
+                for r in rows
+                if r["job_id"] not in self.rt
+                and r["final_state"] == COMPLETED
+                and r["turnaround_time"] is not None
+            ]
+            out["be_mean_response_time_s"] = sum(be) / len(be) if be else None
+        for (unit, c), (total, n, top) in sorted(self.samples.items()):
+            out[f"{unit}_mean.{c}"] = total / n
+            out[f"{unit}_max.{c}"] = top
         return out
 
     def progress_rates(self) -> dict[str, float]:

@@ -31,7 +31,7 @@ SCENARIO = {
     "name": "monitored",
     "cluster": {"nodes": NODES, "power": {"idle_watts": 100.0, "busy_watts": 50.0}},
     "clock": {"rate_probe_s": 0.5},
-    "scheduler": {"name": "gang", "params": {"mpl": 2, "quantum_ms": 100}},
+    "scheduler": {"name": "gang", "params": {"mpl": 3, "quantum_ms": 100}},
     "monitoring": {"scrape_interval_s": 1.0},
     "duration_s": 6.0,
     "workload": {
@@ -46,6 +46,13 @@ SCENARIO = {
                 "app": {"iterations": 400, "gcomp": 2, "gio": 2},
             },
             {"id": "too-big", "size": NODES + 1, "app": {"iterations": 1, "gcomp": 1}},
+            # A real-time pipeline: its last stage's deadlines and frame latencies feed the node exporter.
+            {
+                "id": "rt",
+                "size": 2,
+                "submit_s": 0.1,
+                "app": {"kind": "vision", "stages": ["decode", "edges"], "frames": 3000, "work_units": 3},
+            },
         ],
     },
 }
@@ -177,6 +184,12 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(tmp_path, sce
         assert not math.isnan(first[ov["Gang switch skew p99"]])
         rejected = _query(prom, 'sum(testbed_admissions_total{outcome="rejected"})')
         assert float(rejected[0]["value"][1]) == 1.0  # too-big
+        # The pipeline's frames reach Prometheus live: deadlines counted, latencies observed.
+        while not _query(
+            prom, "sum(testbed_deadlines_total) > 0 and sum(testbed_frame_latency_seconds_count) > 0"
+        ):
+            assert proc.poll() is None and time.monotonic() < deadline, output.text()
+            time.sleep(0.5)
 
         assert proc.poll() is None, "the run ended before the checks were done"
         proc.send_signal(signal.SIGINT)
