@@ -1,9 +1,8 @@
-"""CPU-rate probe: ``python -m testbed.apps.probe --seconds S [--start-at T]`` runs the work loop flat out
-for S real seconds (from CLOCK_MONOTONIC time T, if given) and prints one JSON line
-{"iters", "cpu_s", "wall_s", "iters_per_unit"}.
+"""CPU-rate probe: ``python -m testbed.apps.probe --seconds S [--start-at T]`` runs the work kernel flat out
+for S real seconds (from CLOCK_MONOTONIC time T, if given) and prints one JSON line {"cpu_s", "wall_s"}.
 
-cpu_s / wall_s is the CPU rate the process got (how the envelope's quota is checked); iters_per_unit
-(iterations per WORK_UNIT_S of CPU) calibrates the synthetic programs.
+cpu_s / wall_s is the CPU rate the process got: how the envelope's quota is checked on every node at the
+start of a run. (It no longer calibrates anything: a work unit is measured CPU time, apps/work.py.)
 """
 
 from __future__ import annotations
@@ -13,9 +12,9 @@ import json
 import sys
 import time
 
-from testbed.apps.work import WORK_UNIT_S, spin
+from testbed.apps.work import work
 
-_CHUNK = 2_000  # ~0.25 ms of work between clock reads: fine-grained end, negligible overhead
+_CHUNK_UNITS = 0.25  # of CPU between wall-clock reads: a fine-grained end, negligible overhead
 
 
 def cpu_seconds() -> float:
@@ -33,29 +32,22 @@ WARMUP_S = 0.3
 
 
 def probe(seconds: float, start_at: float | None = None) -> dict:
-    spin(_CHUNK)  # warm up the interpreter's code paths
+    work(_CHUNK_UNITS)  # warm up the interpreter's code paths
     if start_at is not None:
         # Probes of several nodes start together, so they measure the rates under the same contention.
         delay = start_at - WARMUP_S - time.monotonic()
         if delay > 0:
             time.sleep(delay)
         while time.monotonic() < start_at:
-            spin(_CHUNK)
-    iters = 0
+            work(_CHUNK_UNITS)
     c0 = cpu_seconds()
     w0 = time.monotonic()
     end = w0 + seconds
     while time.monotonic() < end:
-        spin(_CHUNK)
-        iters += _CHUNK
+        work(_CHUNK_UNITS)
     wall = time.monotonic() - w0
     cpu = cpu_seconds() - c0
-    return {
-        "iters": iters,
-        "cpu_s": cpu,
-        "wall_s": wall,
-        "iters_per_unit": round(iters * WORK_UNIT_S / cpu) if cpu > 0 else 0,
-    }
+    return {"cpu_s": cpu, "wall_s": wall}
 
 
 def main(argv: list[str] | None = None) -> int:

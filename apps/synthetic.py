@@ -132,12 +132,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace, env=os.environ) -> None:
-    iters_per_unit = 0
-    if args.gcomp > 0:
-        try:
-            iters_per_unit = int(env["TB_ITERS_PER_UNIT"])
-        except (KeyError, ValueError):
-            raise CommError("TB_ITERS_PER_UNIT is not set to an integer (calibration missing)") from None
     fd = -1
     if args.gio > 0:
         io_dir = env.get("TB_IO_DIR")
@@ -162,7 +156,7 @@ def run(args: argparse.Namespace, env=os.environ) -> None:
     try:
         for i in range(args.iterations):
             touch(mem, i)
-            work(args.gcomp, iters_per_unit)
+            work(args.gcomp)
             for _ in range(args.gio):
                 start = time.monotonic()
                 if written + args.io_bytes > IO_FILE_CAP:

@@ -10,14 +10,14 @@ from testbed.coordinator import Coordinator, NodeProxy
 class AgentActor(NodeAgent):
     """NodeAgent as a Ray actor: process exits are reported to the coordinator actor's handle."""
 
-    def set_run(self, t0, iters_per_unit, coordinator=None):  # type: ignore[override]
+    def set_run(self, t0, coordinator=None):  # type: ignore[override]
         notify = None
         if coordinator is not None:
 
             def notify(kind, payload, _h=coordinator):
                 _h.on_node_event.remote(kind, payload)
 
-        return super().set_run(t0, iters_per_unit, notify)
+        return super().set_run(t0, notify)
 
 
 class RayProxy(NodeProxy):

@@ -110,7 +110,6 @@ class NodeAgent:
         self.procs: dict[Proc, _ProcState] = {}
         self.exits: list[dict] = []
         self.notify: Callable[[str, dict], Any] | None = None
-        self.iters_per_unit: int | None = None
         self.switches = 0
         self.closed = False
         self._wakeup = None
@@ -175,16 +174,13 @@ class NodeAgent:
     def ping(self) -> int:
         return self.node
 
-    def set_run(
-        self, t0: float, iters_per_unit: int, notify: Callable[[str, dict], Any] | None = None
-    ) -> None:
-        """Fixes the run's clock and calibration; ``notify(kind, payload)`` reports process exits."""
+    def set_run(self, t0: float, notify: Callable[[str, dict], Any] | None = None) -> None:
+        """Fixes the run's clock; ``notify(kind, payload)`` reports process exits."""
 
         def _set():
             self.clock = Clock(self.cfg.tdf, t0)
             self.nic.clock = self.clock
             self.events.clock = self.clock
-            self.iters_per_unit = iters_per_unit
             self.notify = notify
             self._control0 = (time.process_time(), time.monotonic())
             self._schedule_sample()
@@ -194,7 +190,7 @@ class NodeAgent:
 
     def probe(self, seconds: float, start_at: float) -> dict:
         """Runs the work loop flat out in the envelope from ``start_at`` (CLOCK_MONOTONIC) for ``seconds``
-        and reports the delivered CPU rate and the calibration it implies."""
+        and reports the delivered CPU rate."""
         log = str(self.run_dir / "logs" / f"probe.node{self.node}.out")
         err = str(self.run_dir / "logs" / f"probe.node{self.node}.err")
         argv = [
@@ -223,7 +219,6 @@ class NodeAgent:
             "configured": configured,
             "delivered": delivered,
             "error": (delivered - configured) / configured,
-            "iters_per_unit": out["iters_per_unit"],
         }
 
     def record_probe(self, result: dict) -> None:
@@ -321,8 +316,6 @@ class NodeAgent:
                 "PYTHONUNBUFFERED": "1",
             }
         )
-        if self.iters_per_unit:
-            env["TB_ITERS_PER_UNIT"] = str(self.iters_per_unit)
         env.update(extra)
         return env
 

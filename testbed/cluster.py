@@ -1,6 +1,6 @@
 """The Ray backend: a local Ray instance, one NodeAgent actor per emulated node, a Coordinator actor.
 
-Bring-up, the CPU-rate probe (which also calibrates the work unit), the run, and a teardown that every
+Bring-up, the CPU-rate probe, the run, and a teardown that every
 exit path goes through. A detached janitor process watches this driver: if the driver is killed
 outright, the janitor removes every worker and cgroup of the run (DESIGN.md, Faults).
 """
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import statistics
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -113,25 +112,12 @@ def run_ray(
             nodes_sd = [(i["node"], i["metrics"]) for i in infos]
             _write_targets(run_dir, run_id, nodes_sd, None, mon)
 
-        pinned = scn.clock.iters_per_unit
         if scn.clock.rate_probe_s > 0:
             phase(f"probing CPU rate ({scn.clock.rate_probe_s:g} s at full load)")
             start_at = time.monotonic() + PROBE_START_DELAY_S
             probes = ray.get([a.probe.remote(scn.clock.rate_probe_s, start_at) for a in agents])
             ray.get([a.record_probe.remote(p) for a, p in zip(agents, probes, strict=True)])
-            probed = int(statistics.median(p["iters_per_unit"] for p in probes))
             facts["cpu_rate_error_max"] = max(abs(p["error"]) for p in probes)
-        elif pinned is None:
-            from testbed.apps.work import calibrate
-
-            probed = calibrate()
-        else:
-            probed = None
-        if pinned is not None:
-            # Pinned (by the scenario, or by the first run of a sweep): the probe still measures the rate,
-            # and what it would have calibrated is kept for the record.
-            facts["iters_per_unit_probed"] = probed
-        ipu = facts["iters_per_unit"] = pinned if pinned is not None else probed
 
         phase("running")
         coordinator = Coord.remote(
@@ -151,7 +137,7 @@ def run_ray(
         if mon:
             _write_targets(run_dir, run_id, nodes_sd, ray.get(coordinator.metrics_address.remote()), mon)
         t0 = time.monotonic() + CLOCK_START_DELAY_S
-        ray.get([a.set_run.remote(t0, ipu, coordinator) for a in agents])
+        ray.get([a.set_run.remote(t0, coordinator) for a in agents])
         ray.get(coordinator.start.remote(t0))
         deadline = t_begin + scn.wall_limit_s
         while True:

@@ -68,13 +68,19 @@ class ClockConfig(_Model):
     control_reserve_cores: float = Field(
         0.3, ge=0, description="host cores left to agents, coordinator and Ray when tdf is auto"
     )
-    iters_per_unit: int | None = Field(
-        None,
-        ge=1,
-        description="work-loop iterations per work unit (1 ms of CPU at rate 1); null = calibrated by "
-        "each run's rate probe. Repetitions and sweep variants after the first reuse its value, so "
-        "every run of one `testbed run` does the same work",
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _iters_per_unit_gone(cls, v):
+        # Old results folders' scenario.yaml carry "iters_per_unit: null": that still loads.
+        if isinstance(v, dict) and "iters_per_unit" in v:
+            if v["iters_per_unit"] is not None:
+                raise ValueError(
+                    "iters_per_unit: removed: a work unit is now 1 ms of the worker's own thread CPU time, "
+                    "measured, not a calibrated loop count, so there is nothing to pin; delete the field"
+                )
+            v = {k: x for k, x in v.items() if k != "iters_per_unit"}
+        return v
 
     @field_validator("tdf")
     @classmethod
@@ -117,8 +123,8 @@ class SchedulerConfig(_Model):
 
 
 class AppConfig(_Model):
-    """The synthetic program of paper 002 (fig. 6). gcomp is in calibrated work units (1 unit = 1 ms of CPU
-    on a node of rate 1.0); each of the gio writes takes at least io_time_ms emulated.
+    """The synthetic program of paper 002 (fig. 6). gcomp is in work units (1 unit = 1 ms of the worker's
+    own CPU time on a node of rate 1.0); each of the gio writes takes at least io_time_ms emulated.
 
     Paper 000's best-effort process: ``pattern`` (barrier | ring | neighbour | alltoall | rank0), with
     ``msgs`` rounds of ``msg_bytes``-byte messages per iteration. ``profile`` (EP, BT, LU, MG, SP, CG, IS;

@@ -7,7 +7,6 @@ import concurrent.futures as cf
 import time
 import uuid
 
-from testbed.apps.work import calibrate
 from testbed.schedulers.base import JobSpec
 
 from testbed import events as ev
@@ -42,10 +41,9 @@ def _run(tmp_path, scheduler, params, jobs, nodes=4, tdf=2.0, timeout=120.0, kee
             [a.nic_address for a in agents],
             tdf,
         )
-        ipu = calibrate()
         t0 = time.monotonic() + 0.2
         for a in agents:
-            a.set_run(t0, ipu, coord.on_node_event)
+            a.set_run(t0, coord.on_node_event)
         coord.start(t0)
         if keep is not None:
             keep["coordinator"] = coord
