@@ -73,9 +73,15 @@ def _split(addr: str) -> tuple[str, int]:
 
 
 def _connect(addr: str, timeout: float) -> socket.socket:
+    # A plain connect to the numeric address: create_connection would resolve it with getaddrinfo, whose
+    # first call in a process loads the resolver's libraries (milliseconds of a worker's start-up).
+    host, port = _split(addr)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
-        sock = socket.create_connection(_split(addr), timeout=timeout)
+        sock.settimeout(timeout)
+        sock.connect((host, port))
     except OSError as exc:
+        sock.close()
         raise CommError(f"cannot connect to NIC {addr}: {exc}") from exc
     sock.settimeout(None)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -25,8 +25,9 @@ from testbed import events as ev
 from testbed.clock import Clock
 from testbed.loop import LoopThread
 from testbed.mechanism.envelope import make_envelope
+from testbed.mechanism.forkserver import ForkServer
 from testbed.mechanism.priority import raise_process_nice, raise_thread_priority
-from testbed.mechanism.process import Worker, spawn
+from testbed.mechanism.process import BaseWorker
 from testbed.nic import Nic
 from testbed.schedulers import registry
 from testbed.schedulers.base import (
@@ -41,6 +42,8 @@ from testbed.schedulers.base import (
 
 #: How often (emulated s) live processes' CPU time is sampled when nothing else samples it.
 SAMPLE_PERIOD_S = 1.0
+#: Imported by the node's fork server at start, so that no rank pays for them (testbed.mechanism.forkserver).
+WORKER_MODULES = ("testbed.apps.synthetic", "testbed.apps.probe")
 #: Python's default (5 ms) lets a busy thread keep the GIL for 5 ms after the timer thread asks for it.
 GIL_SWITCH_INTERVAL_S = 0.0005
 
@@ -67,7 +70,7 @@ class NodeConfig:
 @dataclass
 class _ProcState:
     proc: Proc
-    worker: Worker
+    worker: BaseWorker
     running: bool = True
     nice: int = 0
     cpu_at_sample: float = 0.0
@@ -144,6 +147,12 @@ class NodeAgent:
             bandwidth_Bps=self.cfg.bandwidth_Bps,
         )
         self.nic_address = self.lt.call(self.nic.start)
+        # Workers start by fork from a server with their modules imported: start-up is not the job's.
+        self.forkserver = self.spawner.submit(
+            ForkServer, self.envelope, env=self._env({}), cwd=str(self.run_dir),
+            log=str(self.run_dir / "logs" / f"forkserver.node{self.node}.log"), preload=WORKER_MODULES,
+        ).result()  # fmt: skip
+        self.forkserver.wait_ready()
         self.events.emit(
             ev.RUN_INFO,
             t=0.0,
@@ -202,12 +211,13 @@ class NodeAgent:
             "--start-at",
             repr(start_at),
         ]
-        worker = self.lt.call(
-            lambda: spawn(
-                argv, env=self._env({}), cwd=str(self.run_dir), stdout=log, stderr=err, envelope=self.envelope
-            )
-        )
-        code = worker.popen.wait(timeout=seconds + 60 + max(0.0, start_at - time.monotonic()))
+        worker = self.spawner.submit(
+            self.forkserver.spawn, argv, env=self._env({}), cwd=str(self.run_dir), stdout=log, stderr=err
+        ).result()
+        try:
+            code = worker.reap(timeout=seconds + 60 + max(0.0, start_at - time.monotonic()))
+        finally:
+            worker.close()
         if code != 0:
             raise RuntimeError(f"node {self.node}: CPU-rate probe failed (exit {code}): {_stderr_tail(err)}")
         with open(log) as fh:
@@ -230,8 +240,8 @@ class NodeAgent:
         self._job_class[job_id] = app.get("job_class")
         argv, env, base = self.lt.call(self._proc_command, job_id, rank, size, nics, app)
         worker = self.spawner.submit(
-            spawn, argv, env=env, cwd=str(self.run_dir), stdout=f"{base}.out", stderr=f"{base}.err",
-            envelope=self.envelope,
+            self.forkserver.spawn, argv, env=env, cwd=str(self.run_dir), stdout=f"{base}.out",
+            stderr=f"{base}.err",
         ).result()  # fmt: skip
         if self.closed:
             worker.kill()
@@ -270,6 +280,7 @@ class NodeAgent:
         finally:
             self.lt.stop()
             self.spawner.shutdown(wait=True)
+            self.forkserver.close()
             self.envelope.destroy()  # also kills anything a late spawn left inside
             self.events.close()
             if self._metrics_server is not None:
@@ -285,6 +296,7 @@ class NodeAgent:
         # The process was stopped at spawn if the policy did not allow it; GO only releases the barrier
         # that keeps a worker from starting its work before the agent has applied the policy.
         self.nic.go(proc)
+        self.events.emit(ev.PROC_READY, node=self.node, job=proc.job_id, rank=proc.rank)
 
     def on_local_event(self, event) -> None:
         self._apply(self._decide(self.clock.now(), event))
@@ -354,11 +366,11 @@ class NodeAgent:
         )
         return argv, env, self.run_dir / "logs" / f"{job_id}.{rank}"
 
-    def _register(self, proc: Proc, worker: Worker, log: str) -> int:
+    def _register(self, proc: Proc, worker: BaseWorker, log: str) -> int:
         now = self.clock.now()
         st = _ProcState(proc, worker, running=True, t_at_sample=now, t_at_switch=now, log=log)
         self.procs[proc] = st
-        self.lt.loop.add_reader(worker.pidfd, self._on_exit, proc)
+        self.lt.loop.add_reader(worker.exit_fd, self._on_exit, proc)
         self.events.emit(
             ev.PROC_STARTED, t=now, node=self.node, job=proc.job_id, rank=proc.rank, pid=worker.pid
         )
@@ -370,7 +382,7 @@ class NodeAgent:
         st = self.procs.pop(proc, None)
         if st is None:
             return
-        self.lt.loop.remove_reader(st.worker.pidfd)
+        self.lt.loop.remove_reader(st.worker.exit_fd)
         try:
             cpu = st.worker.cpu_time_s()  # still readable: the zombie is not reaped yet
         except (OSError, ValueError):

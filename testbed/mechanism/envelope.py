@@ -229,6 +229,11 @@ class Envelope(ABC):
     def join_self(self) -> None:
         """Put the calling process into the envelope. Runs between fork and exec: os.open/write/close only."""
 
+    def join_files(self) -> list[str]:
+        """The files a process writes "0" to, to join the envelope (what ``join_self`` writes): a fork
+        server's child joins with them before its first worker instruction. Empty: nothing to join."""
+        return []
+
     @abstractmethod
     def add(self, pid: int) -> None: ...
 
@@ -374,6 +379,9 @@ class CgroupV1Envelope(Envelope):
             finally:
                 os.close(fd)
 
+    def join_files(self) -> list[str]:
+        return list(self._procs_files)
+
     def add(self, pid: int) -> None:
         for path in self._procs_files:
             _write(path, str(pid))
@@ -489,6 +497,9 @@ class CgroupV2Envelope(Envelope):
             os.write(fd, b"0")
         finally:
             os.close(fd)
+
+    def join_files(self) -> list[str]:
+        return [self._procs_file]
 
     def add(self, pid: int) -> None:
         _write(self._procs_file, str(pid))
