@@ -247,6 +247,8 @@ def rate_error(events: list[dict]) -> tuple[float, list[dict]]:
 
 
 def control_share(events: list[dict], cores: int) -> dict:
+    """CPU of the agents' processes and the coordinator's over host CPU. Agents sharing a process
+    (cluster.nodes_per_process) each report that process's CPU: counted once per pid."""
     from testbed import events as ev
 
     infos = [e for e in events if e["kind"] == ev.RUN_INFO and e.get("control_cpu_s") is not None]
@@ -254,12 +256,18 @@ def control_share(events: list[dict], cores: int) -> dict:
     coord = [e for e in infos if e.get("src") == "coordinator"]
     if len(agents) != NODES or len(coord) != 1:
         raise RuntimeError(f"control run_info from {len(agents)} agents and {len(coord)} coordinators")
-    cpu = sum(e["control_cpu_s"] for e in infos)
+    per_pid: dict = {}
+    for e in agents:
+        key = e.get("pid", e["node"])
+        per_pid[key] = max(per_pid.get(key, 0.0), e["control_cpu_s"])
+    agents_cpu = sum(per_pid.values())
+    cpu = agents_cpu + coord[0]["control_cpu_s"]
     wall = max(e["control_wall_s"] for e in infos)
     return {
         "share": cpu / (wall * cores),
         "cpu_s": cpu,
-        "agents_cpu_s": sum(e["control_cpu_s"] for e in agents),
+        "agents_cpu_s": agents_cpu,
+        "agent_processes": len(per_pid),
         "coordinator_cpu_s": coord[0]["control_cpu_s"],
         "wall_s": wall,
     }

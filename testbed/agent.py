@@ -270,6 +270,7 @@ class NodeAgent:
             self.events.emit(
                 ev.RUN_INFO,
                 node=self.node,
+                pid=os.getpid(),  # agents sharing a process report the same process's CPU
                 control_cpu_s=time.process_time() - cpu0,
                 control_wall_s=time.monotonic() - wall0,
             )

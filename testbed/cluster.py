@@ -1,4 +1,5 @@
-"""The Ray backend: a local Ray instance, one NodeAgent actor per emulated node, a Coordinator actor.
+"""The Ray backend: a local Ray instance, NodeAgents ``cluster.nodes_per_process`` to an actor
+(testbed.actors.AgentHost), a Coordinator actor.
 
 Bring-up, the CPU-rate probe, the run, and a teardown that every
 exit path goes through. A detached janitor process watches this driver: if the driver is killed
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from testbed import events as ev
-from testbed.actors import AgentActor, CoordinatorActor
+from testbed.actors import AgentHost, CoordinatorActor
 from testbed.agent import NodeConfig
 
 if TYPE_CHECKING:  # the actor processes import this module's actors only: keep pydantic out of them
@@ -63,14 +64,17 @@ def run_ray(
         report(text)
 
     janitor = start_janitor(run_id, [os.getpid()])
-    agents: list = []
+    hosts: list = []
     coordinator = None
     ended = "error"
     try:
         phase("starting Ray")
         # Ray starts at most num_cpus worker processes at a time (2 here), which serialises the start of
         # 16 actors; and numpy in each worker would size thread pools by the host's cores.
-        os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(scn.cluster.nodes + 1))
+        c = scn.cluster
+        per = c.nodes_per_process
+        groups = [list(range(i, min(i + per, c.nodes))) for i in range(0, c.nodes, per)]
+        os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(len(groups) + 1))
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         ray.init(
             include_dashboard=False,
@@ -79,13 +83,13 @@ def run_ray(
             configure_logging=True,
             namespace=f"testbed-{run_id}",
         )
-        Agent = ray.remote(num_cpus=0, max_concurrency=8)(AgentActor)
+        # Calls that block (a rank's start, a probe, a kill) run on the actor's threads: some per node.
+        Host = ray.remote(num_cpus=0, max_concurrency=4 + 4 * per)(AgentHost)
         Coord = ray.remote(num_cpus=0, max_concurrency=8)(CoordinatorActor)
-        c = scn.cluster
         mon = _monitoring(scn, jobs)
-        phase(f"starting {c.nodes} node agents")
-        for n in range(c.nodes):
-            cfg = NodeConfig(
+        phase(f"starting {c.nodes} node agents in {len(groups)} processes")
+        cfgs = [
+            NodeConfig(
                 run_id=run_id,
                 node=n,
                 run_dir=str(run_dir),
@@ -100,9 +104,13 @@ def run_ray(
                 latency_s=c.network.latency_us * 1e-6,
                 bandwidth_Bps=c.network.bandwidth_mbps * 1e6 / 8 if c.network.bandwidth_mbps else None,
                 monitoring=mon,
-            )
-            agents.append(Agent.options(name=f"node{n}").remote(cfg.__dict__))
-        infos = ray.get([a.info.remote() for a in agents])
+            ).__dict__
+            for n in range(c.nodes)
+        ]
+        for g in groups:
+            name = f"node{g[0]}" if len(g) == 1 else f"nodes{g[0]}-{g[-1]}"
+            hosts.append(Host.options(name=name).remote([cfgs[n] for n in g]))
+        infos = [i for batch in ray.get([h.info.remote() for h in hosts]) for i in batch]
         facts["envelope"] = infos[0]["envelope"]
         facts["envelope_note"] = infos[0]["envelope_note"]
         facts["agent_priority"] = sorted({i["priority"] for i in infos})
@@ -115,9 +123,9 @@ def run_ray(
         if scn.clock.rate_probe_s > 0:
             phase(f"probing CPU rate ({scn.clock.rate_probe_s:g} s at full load)")
             start_at = time.monotonic() + PROBE_START_DELAY_S
-            probes = ray.get([a.probe.remote(scn.clock.rate_probe_s, start_at) for a in agents])
-            ray.get([a.record_probe.remote(p) for a, p in zip(agents, probes, strict=True)])
-            facts["cpu_rate_error_max"] = max(abs(p["error"]) for p in probes)
+            batches = ray.get([h.probe.remote(scn.clock.rate_probe_s, start_at) for h in hosts])
+            ray.get([h.record_probe.remote(b) for h, b in zip(hosts, batches, strict=True)])
+            facts["cpu_rate_error_max"] = max(abs(p["error"]) for b in batches for p in b)
 
         phase("running")
         coordinator = Coord.remote(
@@ -127,7 +135,7 @@ def run_ray(
             scn.scheduler.params,
             scn.workload.seed,
             list(jobs),
-            handles=agents,
+            handles=[(h, n) for h, g in zip(hosts, groups, strict=True) for n in g],
             nic_addresses=[i["nic"] for i in infos],
             tdf=tdf,
             duration_s=scn.duration_s,
@@ -137,7 +145,7 @@ def run_ray(
         if mon:
             _write_targets(run_dir, run_id, nodes_sd, ray.get(coordinator.metrics_address.remote()), mon)
         t0 = time.monotonic() + CLOCK_START_DELAY_S
-        ray.get([a.set_run.remote(t0, coordinator) for a in agents])
+        ray.get([h.set_run.remote(t0, coordinator) for h in hosts])
         ray.get(coordinator.start.remote(t0))
         deadline = t_begin + scn.wall_limit_s
         while True:
@@ -165,7 +173,7 @@ def run_ray(
         raise
     finally:
         facts["ended"] = ended
-        _teardown(agents, coordinator, ended)
+        _teardown(hosts, coordinator, ended)
         try:
             ray.shutdown()
         except Exception as exc:  # noqa: BLE001 - teardown must go on
@@ -202,7 +210,7 @@ def _write_targets(run_dir: Path, run_id: str, nodes: list, coordinator: str | N
     write_targets(run_dir, run_id, nodes, coordinator, mon["scrape_interval_s"])
 
 
-def _teardown(agents: list, coordinator, reason: str) -> None:
+def _teardown(hosts: list, coordinator, reason: str) -> None:
     import ray
 
     if coordinator is not None:
@@ -210,7 +218,7 @@ def _teardown(agents: list, coordinator, reason: str) -> None:
             ray.get(coordinator.stop.remote(reason), timeout=30)
         except Exception as exc:  # noqa: BLE001 - a dead coordinator must not stop the agents' teardown
             log.warning("coordinator stop failed: %s", exc)
-    refs = [a.shutdown.remote() for a in agents]
+    refs = [h.shutdown.remote() for h in hosts]
     for ref in refs:
         try:
             ray.get(ref, timeout=30)

@@ -56,6 +56,13 @@ class ClusterConfig(_Model):
     memory_mb: float | None = Field(
         None, gt=0, description="memory per node for memory-aware allocation; null = not checked"
     )
+    nodes_per_process: int = Field(
+        4,
+        ge=1,
+        le=256,
+        description="node agents hosted by one Ray actor process (each idle actor process costs CPU; "
+        "benchmarks/core.py measured the default)",
+    )
     power: PowerModel = Field(default_factory=PowerModel)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
 

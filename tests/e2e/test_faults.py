@@ -94,21 +94,25 @@ def test_crashing_worker_fails_its_job_and_the_run_exits_3(scenario_file, tmp_pa
 
 
 def test_kill_9_of_a_node_agent(scenario_file, tmp_path):
+    # Two nodes per agent process: killing node 3's process takes nodes 2 and 3 down, and only those.
+    doc = {**LONG, "cluster": {**LONG["cluster"], "nodes_per_process": 2}}
     out = tmp_path / "out"
-    p = start_cli(["run", str(scenario_file(LONG)), "--out", str(out), "-q"])
+    p = start_cli(["run", str(scenario_file(doc)), "--out", str(out), "-q"])
     try:
         info = wait_for_event(out, lambda e: e["kind"] == ev.RUN_INFO and e.get("node") == 3 and "pid" in e)
         wait_for_event(out, _running)
         os.kill(info["pid"], signal.SIGKILL)
-        down = wait_for_event(out, lambda e: e["kind"] == ev.NODE_DOWN, timeout=30)
-        assert down["node"] == 3
-        # The node's workers died with it; the cgroup stays until the run ends.
+        for node in (2, 3):
+            wait_for_event(out, lambda e, n=node: e["kind"] == ev.NODE_DOWN and e["node"] == n, timeout=30)
+        # The nodes' workers died with them; the cgroups stay until the run ends.
         failed = wait_for_event(out, lambda e: e["kind"] == ev.JOB_FAILED, timeout=30)
-        assert "node 3" in failed["reason"]
+        assert "node 2" in failed["reason"] or "node 3" in failed["reason"], failed
         p.send_signal(signal.SIGINT)
         p.communicate(timeout=60)
     finally:
         kill_tree(p)
+    down = {e["node"] for e in ev.read_jsonl(out / "events.jsonl") if e["kind"] == ev.NODE_DOWN}
+    assert down == {2, 3}, down
     assert wait_clean(out) == ([], [])
 
 
