@@ -18,12 +18,10 @@ _CHUNK_UNITS = 0.25  # of CPU between wall-clock reads: a fine-grained end, negl
 
 
 def cpu_seconds() -> float:
-    """This process's CPU time: the scheduler's own figure (ns) where Linux offers it."""
-    try:
-        with open("/proc/self/schedstat") as f:
-            return int(f.read().split()[0]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return time.process_time()
+    """This process's CPU time: the scheduler's own count, current to the call. (Not
+    /proc/self/schedstat: for a running task that is current only to its last tick, 4 ms here, which is
+    4 % of what a 1 s probe measures at TDF 9.4.)"""
+    return time.process_time()
 
 
 #: Real seconds of flat-out work before the measured window. An idle CFS group starts the window with a
