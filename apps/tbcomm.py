@@ -365,6 +365,22 @@ class Comm:
     def _read_frame(self, sock: socket.socket, deadline: float | None = None) -> tuple:
         buf = self._buf
         view = self._rview
+        if not buf and deadline is None:
+            # The common case: nothing buffered, one whole frame in one read, parsed in place.
+            try:
+                n = sock.recv_into(view)
+            except OSError as exc:
+                raise CommError(f"own NIC {self.node_nic} is gone: {exc}") from exc
+            if not n:
+                raise CommError(f"own NIC {self.node_nic} closed the connection")
+            if n >= _HSIZE:
+                blen, ftype, mode, _, a, b, c = HEADER.unpack_from(view)
+                need = _HSIZE + blen
+                if n >= need:
+                    if n > need:
+                        buf += view[need:n]
+                    return ftype, a, b, c, bytes(view[_HSIZE:need]), mode
+            buf += view[:n]
         while True:
             if len(buf) >= _HSIZE:
                 blen, ftype, mode, _, a, b, c = HEADER.unpack_from(buf)

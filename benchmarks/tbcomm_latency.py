@@ -187,10 +187,19 @@ def tbcomm_pair(report_messages: bool) -> _Pair:
     return _Pair(procs[0], procs[1:], cleanup)
 
 
-def measure(rounds: int = 9, block: int = 300) -> dict:
-    """Interleaved blocks; one-way latencies (us) and the per-round ratio, medians over the rounds."""
+def measure(rounds: int = 9, block: int = 300, one_cpu: bool = False) -> dict:
+    """Interleaved blocks; one-way latencies (us) and the per-round ratio, medians over the rounds.
+    ``one_cpu``: every process and thread of the benchmark on one CPU (the software path alone: no
+    wake-up of the other CPU, which costs 20-30 us here when it is idle, as a raw pair pinned to two CPUs
+    shows)."""
     sys.setswitchinterval(0.0005)  # as in a node agent (testbed/agent.py)
-    pairs = {"raw": raw_pair(), "tbcomm": tbcomm_pair(False), "reporting": tbcomm_pair(True)}
+    saved = os.sched_getaffinity(0)
+    if one_cpu:
+        os.sched_setaffinity(0, {min(saved)})  # inherited by the threads and processes made below
+    try:
+        pairs = {"raw": raw_pair(), "tbcomm": tbcomm_pair(False), "reporting": tbcomm_pair(True)}
+    finally:
+        os.sched_setaffinity(0, saved)
     got: dict[str, list[float]] = {k: [] for k in pairs}
     try:
         for p in pairs.values():
@@ -222,6 +231,10 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=300, help="round trips per block")
     args = parser.parse_args()
     r = measure(args.rounds, args.block)
+    pinned = measure(args.rounds, args.block, one_cpu=True)
+    keys = ("raw_one_way_us", "tbcomm_one_way_us", "ratio", "tbcomm_reporting_one_way_us", "ratio_reporting")
+    for k in keys:
+        r[f"one_cpu_{k}"] = pinned[k]
     r.update(host_cores=len(os.sched_getaffinity(0)), when=time.strftime("%Y-%m-%dT%H:%M:%S"),
              hostname=socket.gethostname(), loadavg=round(os.getloadavg()[0], 2))  # fmt: skip
     print(
@@ -229,6 +242,11 @@ def main() -> None:
         f"(range {r['raw_range_us'][0]}-{r['raw_range_us'][1]}), tbcomm {r['tbcomm_one_way_us']} us, "
         f"ratio {r['ratio']} (per round {r['ratio_range'][0]}-{r['ratio_range'][1]}; target <= 3); "
         f"reporting {r['tbcomm_reporting_one_way_us']} us (x{r['ratio_reporting']})"
+    )
+    print(
+        f"all on one CPU: raw {r['one_cpu_raw_one_way_us']} us, tbcomm {r['one_cpu_tbcomm_one_way_us']} us, "
+        f"ratio {r['one_cpu_ratio']}; reporting {r['one_cpu_tbcomm_reporting_one_way_us']} us "
+        f"(x{r['one_cpu_ratio_reporting']})"
     )
     print(json.dumps(r), flush=True)
 

@@ -671,8 +671,8 @@ class Nic:
             nbytes = end - off - HEADER.size
             self._messages_in += 1
             self._bytes_in += nbytes
-            rx = self._receiver(conn.job, b)
-            msg = (a, c, bytes(buf[off:end]))
+            rx = self._rx.get((conn.job, b)) or self._receiver(conn.job, b)
+            msg = (a, c, bytes(conn.view[off:end]))  # one copy (a bytearray slice would make two)
             ack = (conn.job, a, conn.ack_to) if mode == 1 else None
             if conn.src_link is not None and self._emulate_link:
                 self._delay(conn.src_link, rx, msg, nbytes, ack)
