@@ -26,8 +26,9 @@ if TYPE_CHECKING:  # the actor processes import this module's actors only: keep 
 
 log = logging.getLogger("testbed")
 
-#: Real seconds between the probe's launch and its start: lets 16 interpreters start under their quotas.
-PROBE_START_DELAY_S = 1.5
+#: Real seconds between the probe's launch and its start: every node's probe is forked by then (a fork
+#: server answers in milliseconds; an interpreter started under a node's quota took over a second).
+PROBE_START_DELAY_S = 0.5
 #: Real seconds between fixing emulated time 0 and reaching it: every node must know the clock first.
 CLOCK_START_DELAY_S = 0.3
 
@@ -120,14 +121,7 @@ def run_ray(
             nodes_sd = [(i["node"], i["metrics"]) for i in infos]
             _write_targets(run_dir, run_id, nodes_sd, None, mon)
 
-        if scn.clock.rate_probe_s > 0:
-            phase(f"probing CPU rate ({scn.clock.rate_probe_s:g} s at full load)")
-            start_at = time.monotonic() + PROBE_START_DELAY_S
-            batches = ray.get([h.probe.remote(scn.clock.rate_probe_s, start_at) for h in hosts])
-            ray.get([h.record_probe.remote(b) for h, b in zip(hosts, batches, strict=True)])
-            facts["cpu_rate_error_max"] = max(abs(p["error"]) for b in batches for p in b)
-
-        phase("running")
+        # The coordinator's process starts while the nodes are probed (its start is a second of Ray's).
         coordinator = Coord.remote(
             str(run_dir),
             c.nodes,
@@ -142,6 +136,14 @@ def run_ray(
             monitoring=mon,
             node_memory_mb=c.memory_mb,
         )
+        if scn.clock.rate_probe_s > 0:
+            phase(f"probing CPU rate ({scn.clock.rate_probe_s:g} s at full load)")
+            start_at = time.monotonic() + PROBE_START_DELAY_S
+            batches = ray.get([h.probe.remote(scn.clock.rate_probe_s, start_at) for h in hosts])
+            ray.get([h.record_probe.remote(b) for h, b in zip(hosts, batches, strict=True)])
+            facts["cpu_rate_error_max"] = max(abs(p["error"]) for b in batches for p in b)
+
+        phase("running")
         if mon:
             _write_targets(run_dir, run_id, nodes_sd, ray.get(coordinator.metrics_address.remote()), mon)
         t0 = time.monotonic() + CLOCK_START_DELAY_S
