@@ -238,7 +238,9 @@ class NodeAgent:
 
     def start_proc(self, job_id: str, rank: int, size: int, nics: list[str], app: dict) -> int:
         self._job_class[job_id] = app.get("job_class")
-        argv, env, base = self.lt.call(self._proc_command, job_id, rank, size, nics, app)
+        # Built here, not on the loop thread: it reads only what is fixed for the run, and a rank's start
+        # waits for every hop between threads.
+        argv, env, base = self._proc_command(job_id, rank, size, nics, app)
         worker = self.spawner.submit(
             self.forkserver.spawn, argv, env=env, cwd=str(self.run_dir), stdout=f"{base}.out",
             stderr=f"{base}.err",

@@ -9,6 +9,12 @@ is imported once, in the server, on its first request (or at start with ``preloa
 object is compiled there once; the child runs it directly. Anything else (``mpiexec ...``, another
 interpreter, interpreter options) goes through :func:`testbed.mechanism.process.spawn`'s exec path.
 
+The server keeps ``POOL_SIZE`` children forked ahead, each past the generic part of a start (the fork
+itself, copy-on-write faults, the resets below; ~1-2 ms of CPU), waiting outside the envelope: a
+request goes to one of them, which joins the envelope and runs the module, and the server forks its
+replacement after it has answered. A pooled child has the code of every module loaded before its
+fork; loading a new one retires the pool.
+
 The child gets what ``process.spawn`` guarantees, before the first instruction of the worker:
 
 * ``PR_SET_PDEATHSIG(SIGKILL)`` and a check that its parent (the server) is still there; the server has
@@ -81,6 +87,9 @@ _MAX_MSG = 1 << 20
 PR_SET_PDEATHSIG = 1
 _CPUCLOCK_SCHED = 2
 SERVER_NICE = -10
+#: Children kept forked and waiting: a request is answered by one that has done the generic part of its
+#: start already (the fork, copy-on-write faults, the resets: ~1-2 ms of CPU), outside the envelope.
+POOL_SIZE = 2
 
 
 def _pid_cpu_clock(pid: int) -> int:
@@ -330,23 +339,32 @@ class ForkServer:
 
 
 class _Child:
-    __slots__ = ("pid", "pidfd", "exit_sock")
+    """A child of the server: pooled (``chan`` set: it waits for a request) or running a worker."""
 
-    def __init__(self, pid: int, pidfd: int, exit_sock: socket.socket) -> None:
-        self.pid, self.pidfd, self.exit_sock = pid, pidfd, exit_sock
+    __slots__ = ("pid", "pidfd", "exit_sock", "client_exit", "chan", "generation")
+
+    def __init__(self, pid: int, pidfd: int, exit_sock, client_exit, chan, generation: int) -> None:
+        self.pid, self.pidfd, self.exit_sock, self.client_exit = pid, pidfd, exit_sock, client_exit
+        self.chan, self.generation = chan, generation
 
 
-class _Request:
-    def __init__(self, req: dict, code: types.CodeType, spec, fds: list[int], server_pid: int) -> None:
-        self.req, self.code, self.spec, self.fds, self.server_pid = req, code, spec, fds, server_pid
+class _Pooled:
+    """What ``serve`` returns in a pooled child: its request channel and what it needs to run one."""
+
+    def __init__(self, chan: socket.socket, server_pid: int, codes: dict) -> None:
+        self.chan, self.server_pid, self.codes = chan, server_pid, codes
 
 
 class _Server:
-    def __init__(self, fd: int, join: list[str]) -> None:
+    def __init__(self, fd: int, join: list[str], pool_size: int) -> None:
         self.sock = socket.socket(fileno=fd)
         self.join = [p.encode() for p in join]
         self.codes: dict[str, tuple[types.CodeType, Any]] = {}
         self.children: dict[int, _Child] = {}  # by pidfd
+        self.pool: list[_Child] = []
+        self.pool_size = pool_size
+        self.generation = 0  # modules loaded so far: a pooled child has the code of those before its fork
+        self.sel: selectors.BaseSelector | None = None
 
     def load(self, module: str):
         """(code, spec) of ``module``: imported here once (its imports then cost a child nothing)."""
@@ -367,73 +385,116 @@ class _Server:
             raise RuntimeError(f"no code for module {module}")
         gc.freeze()  # what the server holds stays out of every child's collections (no copy-on-write)
         self.codes[module] = (code, spec)
+        self.generation += 1
         return code, spec
 
-    def serve(self) -> _Request | None:
-        """Serves until the client hangs up (None) or, in a forked child, returns the child's request.
+    def serve(self) -> _Pooled | None:
+        """Serves until the client hangs up (None) or, in a forked child, returns what that child needs.
         Everything the server owns is closed on the way out, in the child too."""
-        sel = selectors.DefaultSelector()
+        self.sel = sel = selectors.DefaultSelector()
         sel.register(self.sock, selectors.EVENT_READ, None)
         try:
+            got = self._fill()
+            if got is not None:
+                return got
             while True:
                 for key, _ in sel.select():
                     child = key.data
                     if child is not None:
-                        self._reap(sel, child)
+                        self._reap(child)
                         continue
                     msg, fds, _, _ = socket.recv_fds(self.sock, _MAX_MSG, 3)
                     if not msg:
                         return None
-                    req = self._fork(sel, json.loads(msg), fds)
-                    if req is not None:
-                        return req
+                    got = self._request(json.loads(msg), fds)
+                    if got is None:
+                        got = self._fill()  # after the reply: the next fork is off the critical path
+                    if got is not None:
+                        return got
         finally:
             for child in self.children.values():
                 os.close(child.pidfd)
-                child.exit_sock.close()
+                for s in (child.exit_sock, child.client_exit, child.chan):
+                    if s is not None:
+                        s.close()
             sel.close()
             self.sock.close()
 
-    def _fork(self, sel, req: dict, fds: list[int]) -> _Request | None:
-        try:
-            code, spec = self.load(req["module"])
-        except BaseException as exc:  # noqa: BLE001 - told to the client, the server goes on
-            for fd in fds:
-                os.close(fd)
-            self.sock.send(json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
-            return None
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    def _fill(self) -> _Pooled | None:
+        while len(self.pool) < self.pool_size:
+            got = self._fork_pooled()
+            if got is None:
+                return None  # fork failed: the next request forks for itself, or says why
+            if isinstance(got, _Pooled):
+                return got
+        return None
+
+    def _fork_pooled(self) -> _Child | _Pooled | None:
+        """A child that does the generic part of a worker's start now, then waits for its request."""
+        chan, chan_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # the exit report
         me = os.getpid()
         sys.stdout.flush()
         sys.stderr.flush()
         try:
             pid = os.fork()
         except OSError as exc:
-            for fd in fds:
-                os.close(fd)
-            ours.close()
-            theirs.close()
-            self.sock.send(json.dumps({"error": f"fork failed: {exc}"}).encode())
+            for s in (chan, chan_child, ours, theirs):
+                s.close()
+            print(f"fork server: fork failed: {exc}", file=sys.stderr, flush=True)
             return None
         if pid == 0:
-            theirs.close()
-            ours.close()
-            return _Request(req, code, spec, fds, me)
-        for fd in fds:
-            os.close(fd)
+            for s in (chan, ours, theirs):
+                s.close()
+            return _Pooled(chan_child, me, self.codes)
+        chan_child.close()
         pidfd = os.pidfd_open(pid)
-        child = _Child(pid, pidfd, ours)
+        child = _Child(pid, pidfd, ours, theirs, chan, self.generation)
         self.children[pidfd] = child
-        sel.register(pidfd, selectors.EVENT_READ, child)
+        self.sel.register(pidfd, selectors.EVENT_READ, child)
+        self.pool.append(child)
+        return child
+
+    def _retire(self, child: _Child) -> None:
+        """A pooled child that will get no request: its channel's end makes it exit (reaped as usual)."""
+        self.pool.remove(child)
+        child.chan.close()
+        child.chan = None
+
+    def _request(self, req: dict, fds: list[int]) -> _Pooled | None:
         try:
-            socket.send_fds(self.sock, [json.dumps({"pid": pid}).encode()], [pidfd, theirs.fileno()])
+            self.load(req["module"])
+            for stale in [c for c in self.pool if c.generation != self.generation]:
+                self._retire(stale)  # forked before this module was loaded: it lacks its code
+            if not self.pool:
+                got = self._fork_pooled()
+                if isinstance(got, _Pooled):
+                    return got  # in the new child: the parent hands the request over (fds: finally)
+                if got is None:
+                    raise OSError("fork failed (see the server's log)")
+            child = self.pool.pop(0)
+            socket.send_fds(child.chan, [json.dumps(req).encode()], fds)
+        except BaseException as exc:  # noqa: BLE001 - told to the client, the server goes on
+            self.sock.send(json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
+            return None
         finally:
-            theirs.close()
+            for fd in fds:
+                os.close(fd)
+        child.chan.close()
+        child.chan = None
+        try:
+            msg = json.dumps({"pid": child.pid}).encode()
+            socket.send_fds(self.sock, [msg], [child.pidfd, child.client_exit.fileno()])
+        finally:
+            child.client_exit.close()
+            child.client_exit = None
         return None
 
-    def _reap(self, sel, child: _Child) -> None:
-        sel.unregister(child.pidfd)
+    def _reap(self, child: _Child) -> None:
+        self.sel.unregister(child.pidfd)
         del self.children[child.pidfd]
+        if child in self.pool:
+            self.pool.remove(child)  # died waiting (its setup failed: its reason is in the server's log)
         os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
         try:
             cpu_ns = time.clock_gettime_ns(_pid_cpu_clock(child.pid))  # the zombie still has its clock
@@ -443,28 +504,25 @@ class _Server:
         try:
             child.exit_sock.send(_EXIT.pack(os.waitstatus_to_exitcode(status), cpu_ns))
         except OSError:
-            pass  # the client closed its end: nobody waits for this exit
-        child.exit_sock.close()
+            pass  # the client closed its end, or never had it: nobody waits for this exit
+        for s in (child.exit_sock, child.client_exit, child.chan):
+            if s is not None:
+                s.close()
         os.close(child.pidfd)
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _become_worker(r: _Request, join: list[bytes]) -> None:
-    """In the forked child: the guarantees of the module docstring, then MODULE as __main__."""
+def _pooled(p: _Pooled) -> tuple[dict, list[int]]:
+    """In a pooled child: the generic part of a worker's start (outside the envelope, before any
+    request), then wait for the request; returns it with its standard stream descriptors."""
     step = "prctl(PR_SET_PDEATHSIG, SIGKILL)"
     try:
         if _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl failed")
-        if os.getppid() != r.server_pid:
+        if os.getppid() != p.server_pid:
             os._exit(127)  # the server died before the prctl: nobody would reap or kill us
-        step = "standard streams"
-        for target, fd in zip((0, 1, 2), r.fds, strict=True):
-            if fd != target:
-                os.dup2(fd, target)
-        for fd in set(r.fds) - {0, 1, 2}:
-            os.close(fd)
         step = "sched_setscheduler(SCHED_OTHER), nice 0"
         if os.sched_getscheduler(0) != os.SCHED_OTHER:
             os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
@@ -474,6 +532,27 @@ def _become_worker(r: _Request, join: list[bytes]) -> None:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        atexit._clear()  # the server's exit handlers are not the worker's
+        step = "waiting for a request"
+        msg, fds, _, _ = socket.recv_fds(p.chan, _MAX_MSG, 3)
+    except BaseException as exc:  # noqa: BLE001 - one line in the server's log, then exit 127
+        os.write(2, f"fork server: pooled child failed at {step}: {exc!r}\n".encode(errors="replace"))
+        os._exit(127)
+    if not msg:
+        os._exit(0)  # the server retired this child, or is closing
+    return json.loads(msg), fds
+
+
+def _become_worker(p: _Pooled, req: dict, fds: list[int], join: list[bytes]) -> None:
+    """In the child, with its request: the rest of the module docstring's guarantees, then MODULE as
+    __main__. Every step before the join is the child's own; nothing of the worker runs before it."""
+    step = "standard streams"
+    try:
+        for target, fd in zip((0, 1, 2), fds, strict=True):
+            if fd != target:
+                os.dup2(fd, target)
+        for fd in set(fds) - {0, 1, 2}:
+            os.close(fd)
         step = "envelope join"
         for path in join:
             fd = os.open(path, os.O_WRONLY)
@@ -482,9 +561,9 @@ def _become_worker(r: _Request, join: list[bytes]) -> None:
             finally:
                 os.close(fd)
         step = "close descriptors"
+        p.chan.close()
         os.closerange(3, 1 << 20)
         step = "working directory"
-        req = r.req
         os.chdir(req["cwd"])
         step = "environment"
         # Only the differences: most of the environment is the server's own (putenv costs ~5 us each).
@@ -494,6 +573,7 @@ def _become_worker(r: _Request, join: list[bytes]) -> None:
         for k, v in env.items():
             if os.environ.get(k) != v:
                 os.environ[k] = v
+        code, spec = p.codes[req["module"]]
     except BaseException as exc:  # noqa: BLE001 - one line on the worker's stderr, then exit 127
         os.write(2, f"fork server: child setup failed at {step}: {exc!r}\n".encode(errors="replace"))
         os._exit(127)
@@ -501,9 +581,7 @@ def _become_worker(r: _Request, join: list[bytes]) -> None:
     unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
     sys.stdout.reconfigure(write_through=unbuffered)
     sys.stderr.reconfigure(write_through=unbuffered)
-    atexit._clear()  # the server's exit handlers are not the worker's
     # As `python -m MODULE ARGS`: the module's code as __main__, argv[0] its file, sys.path[0] the cwd.
-    spec = r.spec
     main = types.ModuleType("__main__")
     main.__dict__.update(
         __file__=spec.origin, __cached__=spec.cached, __loader__=spec.loader, __spec__=spec,
@@ -512,7 +590,7 @@ def _become_worker(r: _Request, join: list[bytes]) -> None:
     sys.modules["__main__"] = main
     sys.argv = [spec.origin, *req["args"]]
     sys.path[0] = os.path.abspath(req["cwd"])
-    exec(r.code, main.__dict__)
+    exec(code, main.__dict__)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -520,6 +598,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fd", type=int, required=True, help="the client's SOCK_SEQPACKET socket")
     ap.add_argument("--preload", default="", help="modules to import at start, comma-separated")
     ap.add_argument("--join", default="", help="files to write 0 to, to join the envelope, comma-separated")
+    ap.add_argument("--pool", type=int, default=POOL_SIZE, help="children kept forked, waiting for a request")
     args = ap.parse_args(argv)
     # Ctrl-C goes to the driver, which tears the run down; the server ends when its client hangs up.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -527,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
         os.setpriority(os.PRIO_PROCESS, 0, SERVER_NICE)
     except OSError:
         pass  # answers a little later, nothing worse
-    server = _Server(args.fd, [p for p in args.join.split(",") if p])
+    server = _Server(args.fd, [p for p in args.join.split(",") if p], max(1, args.pool))
     try:
         for module in filter(None, args.preload.split(",")):
             server.load(module)
@@ -535,15 +614,16 @@ def main(argv: list[str] | None = None) -> int:
         server.sock.send(json.dumps({"error": f"{module}: {type(exc).__name__}: {exc}"}).encode())
     else:
         server.sock.send(b'{"ready": true}')
-    request = server.serve()
-    if request is None:
+    pooled = server.serve()
+    if pooled is None:
         return 0
     # In a forked child from here on. It ends as `python -m` would end (exit handlers, non-daemon
     # threads, flushed streams) but skips the interpreter's teardown, which would touch, and so copy,
     # every page of the server's objects (measured: ~7 ms of the worker's CPU).
+    req, fds = _pooled(pooled)
     code = 0
     try:
-        _become_worker(request, server.join)
+        _become_worker(pooled, req, fds, server.join)
     except SystemExit as exc:
         code = _exit_code(exc.code)
     except KeyboardInterrupt:

@@ -201,6 +201,14 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return None
+
+
 def _wait_dead(pid: int, timeout: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout
     while _alive(pid):
@@ -235,7 +243,11 @@ def test_killing_the_server_kills_its_workers(server, tmp_path):
     fs = server()
     ws = [fs.spawn(_argv("--sleep"), env=None, cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=None)
           for _ in range(3)]  # fmt: skip
+    # Its children: the three workers and the ones it keeps forked, waiting for a request.
+    children = [int(t) for t in os.listdir("/proc") if t.isdigit() and _ppid(int(t)) == fs.proc.pid]
+    assert len(children) >= len(ws) + 1 and {w.pid for w in ws} <= set(children), children
     os.kill(fs.proc.pid, signal.SIGKILL)
+    assert all(_wait_dead(pid) for pid in children)
     for w in ws:
         assert _wait_dead(w.pid)
         assert w.reap(5) == -signal.SIGKILL
