@@ -15,6 +15,7 @@ import pytest
 from testbed.janitor import marked_processes
 from testbed.mechanism import envelope as envmod
 from testbed.mechanism.envelope import make_envelope
+from testbed.mechanism import forkserver
 from testbed.mechanism.forkserver import ForkedWorker, ForkServer, served_module
 from testbed.mechanism.process import SpawnError, Worker
 
@@ -243,7 +244,9 @@ def test_killing_the_server_kills_its_workers(server, tmp_path):
     fs = server()
     ws = [fs.spawn(_argv("--sleep"), env=None, cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=None)
           for _ in range(3)]  # fmt: skip
-    # Its children: the three workers and the ones it keeps forked, waiting for a request.
+    # Its children: the three workers and the ones it keeps forked, waiting for a request (refilled once
+    # requests pause).
+    time.sleep(forkserver.REFILL_DELAY_S + 0.3)
     children = [int(t) for t in os.listdir("/proc") if t.isdigit() and _ppid(int(t)) == fs.proc.pid]
     assert len(children) >= len(ws) + 1 and {w.pid for w in ws} <= set(children), children
     os.kill(fs.proc.pid, signal.SIGKILL)
