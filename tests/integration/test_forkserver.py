@@ -14,8 +14,8 @@ import pytest
 
 from testbed.janitor import marked_processes
 from testbed.mechanism import envelope as envmod
-from testbed.mechanism.envelope import make_envelope
 from testbed.mechanism import forkserver
+from testbed.mechanism.envelope import make_envelope
 from testbed.mechanism.forkserver import ForkedWorker, ForkServer, served_module
 from testbed.mechanism.process import SpawnError, Worker
 
