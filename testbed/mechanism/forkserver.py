@@ -90,8 +90,9 @@ SERVER_NICE = -10
 #: Children kept forked and waiting: a request is answered by one that has done the generic part of its
 #: start already (the fork, copy-on-write faults, the resets: ~1-2 ms of CPU), outside the envelope.
 POOL_SIZE = 2
-#: Real seconds without a request before the pool is refilled.
-REFILL_DELAY_S = 0.1
+#: Real seconds without a request before the pool is refilled (the ranks of a 64-node job took ~1 s to
+#: start on a loaded 2-core host; a refill fork during that burst would compete with it).
+REFILL_DELAY_S = 1.0
 
 
 def _pid_cpu_clock(pid: int) -> int:
