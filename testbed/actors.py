@@ -10,6 +10,7 @@ each agent's timer thread runs SCHED_FIFO, so a slot switch is prompt on every o
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures as cf
 import os
 
@@ -39,6 +40,7 @@ class AgentHost:
                     pass
             raise errors[0]
         self.agents = {a.node: a for a in agents}
+        self._pool = cf.ThreadPoolExecutor(len(agents), thread_name_prefix="agent-calls")
 
     def _each(self, fn) -> list:
         """fn(agent) for every agent of this process at once, results in node order."""
@@ -50,6 +52,29 @@ class AgentHost:
 
     def call(self, node: int, method: str, *args):
         return getattr(self.agents[node], method)(*args)
+
+    def call_many(self, calls: list[tuple[int, str, tuple]]) -> list[tuple[bool, object]]:
+        """Several calls in one Ray call (a job's ranks on this process's nodes, a slot's dispatches):
+        each node's calls in order, the nodes' side by side (a rank's start waits for its fork).
+        Per call, (True, result) or (False, the exception)."""
+        results: list = [None] * len(calls)
+        by_node: dict[int, list] = {}
+        for i, (node, method, args) in enumerate(calls):
+            by_node.setdefault(node, []).append((i, method, args))
+
+        def run(item):
+            node, todo = item
+            for i, method, args in todo:
+                try:
+                    results[i] = (True, getattr(self.agents[node], method)(*args))
+                except Exception as exc:  # noqa: BLE001 - handed to that call's caller
+                    results[i] = (False, exc)
+
+        if len(by_node) == 1:
+            run(next(iter(by_node.items())))
+        else:
+            list(self._pool.map(run, by_node.items()))
+        return results
 
     def pid(self) -> int:
         return os.getpid()
@@ -75,21 +100,72 @@ class AgentHost:
             a.set_run(t0, notify)
 
     def shutdown(self) -> list[dict]:
-        return self._each(lambda a: a.shutdown())
+        try:
+            return self._each(lambda a: a.shutdown())
+        finally:
+            self._pool.shutdown(wait=False)
+
+
+class _HostCalls:
+    """The coordinator's calls to one AgentHost. A rank's start and a slot's dispatch made in one turn of
+    the coordinator's loop (a job's ranks, a slot's nodes) go as one Ray call per host: a 16-rank start
+    is 4 Ray calls at 4 nodes per process instead of 16. Anything else goes at once."""
+
+    BATCHED = frozenset({"start_proc", "dispatch"})
+
+    def __init__(self, handle) -> None:
+        self.handle = handle
+        self.pending: list = []
+        self.flush_armed = False
+
+    def call(self, node: int, method: str, args: tuple) -> cf.Future:
+        if method in self.BATCHED:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None  # not on the coordinator's loop (then nothing else is batched with it)
+            if loop is not None:
+                fut: cf.Future = cf.Future()
+                self.pending.append((node, method, args, fut))
+                if not self.flush_armed:
+                    self.flush_armed = True
+                    loop.call_soon(self._flush)
+                return fut
+        return self.handle.call.remote(node, method, *args).future()
+
+    def _flush(self) -> None:
+        self.flush_armed = False
+        batch, self.pending = self.pending, []
+        ref = self.handle.call_many.remote([(n, m, a) for n, m, a, _ in batch]).future()
+
+        def done(f: cf.Future) -> None:
+            exc = f.exception()
+            for i, (*_, fut) in enumerate(batch):
+                if exc is not None:
+                    fut.set_exception(exc)  # the host itself failed (died): every call did
+                    continue
+                ok, value = f.result()[i]
+                if ok:
+                    fut.set_result(value)
+                else:
+                    fut.set_exception(value)
+
+        ref.add_done_callback(done)
 
 
 class RayProxy(NodeProxy):
-    """Node ``node`` of the AgentHost actor ``handle``."""
+    """Node ``node`` of an AgentHost actor, through that host's :class:`_HostCalls`."""
 
-    def __init__(self, handle, node: int) -> None:
-        self.handle = handle
+    def __init__(self, host: _HostCalls, node: int) -> None:
+        self.host = host
         self.node = node
 
     def call(self, method: str, *args):
-        return self.handle.call.remote(self.node, method, *args).future()
+        return self.host.call(self.node, method, args)
 
 
 class CoordinatorActor(Coordinator):
-    def __init__(self, *args, handles=(), **kwargs):
-        """``handles``: per node, in node order, (AgentHost handle, node)."""
-        super().__init__(*args, proxies=[RayProxy(h, n) for h, n in handles], **kwargs)
+    def __init__(self, *args, hosts=(), nodes=(), **kwargs):
+        """``hosts``: the AgentHost handles; ``nodes``: per node, in node order, (host index, node)."""
+        calls = [_HostCalls(h) for h in hosts]
+        super().__init__(*args, proxies=[RayProxy(calls[i], n) for i, n in nodes], **kwargs)
