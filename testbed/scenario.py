@@ -61,8 +61,8 @@ class ClusterConfig(_Model):
         ge=1,
         le=256,
         description="node agents hosted by one Ray actor process: each actor process costs CPU of its own "
-        "(`python benchmarks/core.py --only per_process` measured the default: control CPU 11.2 % of the host "
-        "at 1, 6.7 % at 4, 5.2 % at 8, 6.1 % at 16 per process)",
+        "(`python benchmarks/core.py --only per_process` measured the default: control CPU 11.2 % of "
+        "the host at 1, 6.7 % at 4, 5.2 % at 8, 6.1 % at 16 per process)",
     )
     power: PowerModel = Field(default_factory=PowerModel)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
