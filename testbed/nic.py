@@ -109,6 +109,8 @@ ANY = -1
 MODES = ("block", "spin", "spin-block")  # index = mode byte in RECV
 _PROGRESS_VALUE = struct.Struct("!d")
 _RBUF = 65536  # receive buffer per connection; grows for a bigger frame, then shrinks back
+#: Real seconds between a worker's connection dropping without BYE and its job's receivers here failing.
+DEAD_PEER_GRACE_S = 0.1
 _DELIVERED = HEADER.pack(0, DELIVERED, 0, 0, 0, 0, 0)
 
 
@@ -376,6 +378,7 @@ class Nic:
         self._rx: dict[tuple[str, int], _Rx] = {}
         self._links: dict[str, _Link] = {}
         self._failed: dict[str, str] = {}  # job -> why its RECVs can no longer be satisfied
+        self._dying: set[str] = set()  # jobs with a rank gone, failed here after DEAD_PEER_GRACE_S
         self._out: dict[str, _Out] = {}  # connections to other NICs (acknowledgements), by address
         self._closing = False
         self._messages_in = self._bytes_in = self._messages_out = self._bytes_out = 0
@@ -943,18 +946,29 @@ class Nic:
                 rx.conn = None
                 rx.want = None
                 self._hook(self.hooks.on_disconnect, rx.proc)
-        if not conn.bye and conn.job not in self._failed and not self._closing:
-            # The worker died (no BYE): no receiver of its job waiting here may ever be answered, so
-            # fail them now rather than let them hang (the job has failed anyway).
+        gone = conn.job in self._failed or conn.job in self._dying
+        if not conn.bye and not gone and not self._closing:
+            # The worker died (no BYE): no receiver of its job waiting here may ever be answered, so fail
+            # them rather than let them hang (the job has failed anyway). Not at once: its own node
+            # reports how it died (killed by a signal, its error), and that should reach the
+            # coordinator before the consequence does (its peers failing for want of it), which a
+            # worker ending in a few ms of CPU would otherwise win.
             node = self.node if conn.local else conn.peer_node
             where = f" on node {node}" if node is not None else ""
             reason = f"rank {conn.rank}{where} of job {conn.job} disconnected without closing (died?)"
-            self._failed[conn.job] = reason
-            for (job, _), rx in self._rx.items():
-                # A standing receive may block without the NIC knowing: tell every receiver of the job.
-                if (
-                    job == conn.job
-                    and rx.conn is not None
-                    and (rx.want is not None or rx.send_blocked or (self._push and rx.go))
-                ):
-                    self._fail(rx, reason)
+            self._dying.add(conn.job)
+            self._at(time.monotonic() + DEAD_PEER_GRACE_S, self._fail_job, conn.job, reason)
+
+    def _fail_job(self, job: str, reason: str) -> None:
+        self._dying.discard(job)
+        if job in self._failed or self._closing:
+            return
+        self._failed[job] = reason
+        for (j, _), rx in self._rx.items():
+            # A standing receive may block without the NIC knowing: tell every receiver of the job.
+            if (
+                j == job
+                and rx.conn is not None
+                and (rx.want is not None or rx.send_blocked or (self._push and rx.go))
+            ):
+                self._fail(rx, reason)
