@@ -961,8 +961,8 @@ class Nic:
 
     def _fail_job(self, job: str, reason: str) -> None:
         self._dying.discard(job)
-        if job in self._failed or self._closing:
-            return
+        if job in self._failed or self._closing or not any(j == job for j, _ in self._rx):
+            return  # already failed, or nothing of it is left here (drop_job)
         self._failed[job] = reason
         for (j, _), rx in self._rx.items():
             # A standing receive may block without the NIC knowing: tell every receiver of the job.
