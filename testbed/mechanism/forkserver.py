@@ -30,11 +30,13 @@ The child gets what ``process.spawn`` guarantees, before the first instruction o
 A step that fails writes ``fork server: child setup failed at <step>: <error>`` to the worker's stderr
 and exits 127 (the agent's one-line reason), as ``spawn`` raises naming the step.
 
-Where the server lives: outside the node's envelope, in the agent's cgroup (the child joins the
-envelope first thing). Inside it, the server would answer a fork request, and report an exit, only when
-the node's CFS quota allows: up to a period later (90 ms real at TDF 9.4 = 9.6 emulated ms), on a node
-busy with another job. ``inside_envelope=True`` puts it there all the same (an envelope a process cannot
-join after start, such as a container, would need that); ``benchmarks/fidelity.py`` measures both.
+Where the server lives: outside the node's envelope, in the agent's cgroup (a child joins the envelope
+once it has its request, before the worker's first instruction). Inside it, the server would answer a
+fork request, and report an exit, only when the node's CFS quota allows: up to a period later (90 ms
+real at TDF 9.4 = 9.6 emulated ms) on a node whose quota a running job has spent, and its pooled
+children's start would be the node's CPU. ``inside_envelope=True`` puts it there all the same, for an
+envelope that a process cannot join after its start (a container would need that; the tests cover
+it; it is not measured).
 
 Exits: the server is the parent; it reaps each child (reading its CPU time from the zombie first) and
 writes ``(exit code, CPU ns)`` to a socket given to the client for that worker alone
