@@ -222,7 +222,7 @@ class NodeAgent:
             raise RuntimeError(f"node {self.node}: CPU-rate probe failed (exit {code}): {_stderr_tail(err)}")
         with open(log) as fh:
             out = json.loads(fh.read().strip().splitlines()[-1])
-        delivered = out["cpu_s"] / out["wall_s"]  # real cores
+        delivered = out["rate"]  # real cores (apps/probe.py: robust to where the quota's bursts fall)
         configured = self.envelope.configured_rate() or self.cfg.cpu_rate * self.cfg.cores / self.cfg.tdf
         return {
             "node": self.node,

@@ -121,7 +121,16 @@ def run_ray(
             nodes_sd = [(i["node"], i["metrics"]) for i in infos]
             _write_targets(run_dir, run_id, nodes_sd, None, mon)
 
-        # The coordinator's process starts while the nodes are probed (its start is a second of Ray's).
+        if scn.clock.rate_probe_s > 0:
+            phase(f"probing CPU rate ({scn.clock.rate_probe_s:g} s at full load)")
+            start_at = time.monotonic() + PROBE_START_DELAY_S
+            batches = ray.get([h.probe.remote(scn.clock.rate_probe_s, start_at) for h in hosts])
+            ray.get([h.record_probe.remote(b) for h, b in zip(hosts, batches, strict=True)])
+            facts["cpu_rate_error_max"] = max(abs(p["error"]) for b in batches for p in b)
+
+        phase("running")
+        # After the probe, not during it: the coordinator's process start (about a second of CPU) would
+        # come out of the nodes while they are measured.
         coordinator = Coord.remote(
             str(run_dir),
             c.nodes,
@@ -137,14 +146,6 @@ def run_ray(
             monitoring=mon,
             node_memory_mb=c.memory_mb,
         )
-        if scn.clock.rate_probe_s > 0:
-            phase(f"probing CPU rate ({scn.clock.rate_probe_s:g} s at full load)")
-            start_at = time.monotonic() + PROBE_START_DELAY_S
-            batches = ray.get([h.probe.remote(scn.clock.rate_probe_s, start_at) for h in hosts])
-            ray.get([h.record_probe.remote(b) for h, b in zip(hosts, batches, strict=True)])
-            facts["cpu_rate_error_max"] = max(abs(p["error"]) for b in batches for p in b)
-
-        phase("running")
         if mon:
             _write_targets(run_dir, run_id, nodes_sd, ray.get(coordinator.metrics_address.remote()), mon)
         t0 = time.monotonic() + CLOCK_START_DELAY_S

@@ -190,5 +190,6 @@ def test_probe_prints_one_json_line() -> None:
     assert p.returncode == 0, p.stderr
     (line,) = p.stdout.strip().splitlines()
     r = json.loads(line)
-    assert set(r) == {"cpu_s", "wall_s"}
+    assert set(r) == {"cpu_s", "wall_s", "rate"}
     assert r["wall_s"] >= 0.2 and 0 < r["cpu_s"] <= r["wall_s"] + 0.01
+    assert 0 < r["rate"] <= 1.05
