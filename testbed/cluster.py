@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from testbed import events as ev
 from testbed.actors import AgentHost, CoordinatorActor
 from testbed.agent import NodeConfig
+from testbed.mechanism.priority import raise_session_group
 
 if TYPE_CHECKING:  # the actor processes import this module's actors only: keep pydantic out of them
     from testbed.jobs import Job
@@ -65,6 +66,8 @@ def run_ray(
         report(text)
 
     janitor = start_janitor(run_id, [os.getpid()])
+    # The control plane (Ray, agents, fork servers: this session) must not weigh less than the nodes.
+    facts["session_priority"], restore_priority = raise_session_group()
     hosts: list = []
     coordinator = None
     ended = "error"
@@ -184,6 +187,7 @@ def run_ray(
             log.warning("ray.shutdown failed: %s", exc)
         left = cleanup_run(run_id)
         facts["cleanup"] = left
+        restore_priority()
         janitor.terminate()
         try:
             janitor.wait(timeout=5)

@@ -111,6 +111,7 @@ def run_once(
         "startup_s": facts.get("startup_s"),
         "phases_s": facts.get("phases_s"),
         "agent_priority": facts.get("agent_priority"),
+        "session_priority": facts.get("session_priority"),
         "envelope_note": facts.get("envelope_note"),
         "nodes_down": facts.get("nodes_down"),
         "host_cores": host_cores(),
