@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from testbed import events as ev
 from testbed.actors import AgentHost, CoordinatorActor
 from testbed.agent import NodeConfig
-from testbed.mechanism.priority import raise_session_group
+from testbed.mechanism.priority import raise_session_group, restore_session_group
 
 if TYPE_CHECKING:  # the actor processes import this module's actors only: keep pydantic out of them
     from testbed.jobs import Job
@@ -65,9 +65,10 @@ def run_ray(
         marks.append((text, now))
         report(text)
 
-    janitor = start_janitor(run_id, [os.getpid()])
     # The control plane (Ray, agents, fork servers: this session) must not weigh less than the nodes.
-    facts["session_priority"], restore_priority = raise_session_group()
+    # Put back at the end, or by the janitor if this process is killed.
+    facts["session_priority"], old_nice = raise_session_group()
+    janitor = start_janitor(run_id, [os.getpid()], session_nice=(os.getsid(0), old_nice))
     hosts: list = []
     coordinator = None
     ended = "error"
@@ -187,7 +188,7 @@ def run_ray(
             log.warning("ray.shutdown failed: %s", exc)
         left = cleanup_run(run_id)
         facts["cleanup"] = left
-        restore_priority()
+        restore_session_group(old_nice)
         janitor.terminate()
         try:
             janitor.wait(timeout=5)

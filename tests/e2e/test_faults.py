@@ -116,16 +116,28 @@ def test_kill_9_of_a_node_agent(scenario_file, tmp_path):
     assert wait_clean(out) == ([], [])
 
 
+def _session_group() -> str:
+    with open("/proc/self/autogroup") as f:
+        return f.read().split()[-1]
+
+
 def test_kill_9_of_the_driver(scenario_file, tmp_path):
     out = tmp_path / "out"
+    before = _session_group()
     p = start_cli(["run", str(scenario_file(LONG)), "--out", str(out), "-q"])
     try:
         wait_for_event(out, _running)
+        assert _session_group() == "-10"  # the run raised this session's autogroup (its control plane's)
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=10)
     finally:
         kill_tree(p)
     assert wait_clean(out, timeout=30) == ([], [])
+    # ...and the janitor put it back, as the driver would have.
+    deadline = time.monotonic() + 10
+    while _session_group() != before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _session_group() == before
     # What was written before the crash is readable.
     assert list(ev.read_jsonl(out / "events" / "coordinator.jsonl"))
 
