@@ -116,9 +116,13 @@ def test_kill_9_of_a_node_agent(scenario_file, tmp_path):
     assert wait_clean(out) == ([], [])
 
 
-def _session_group() -> str:
-    with open("/proc/self/autogroup") as f:
-        return f.read().split()[-1]
+def _session_group() -> str | None:
+    """This session's autogroup nice; None on a kernel without autogroups (nothing to raise there)."""
+    try:
+        with open("/proc/self/autogroup") as f:
+            return f.read().split()[-1]
+    except FileNotFoundError:
+        return None
 
 
 def test_kill_9_of_the_driver(scenario_file, tmp_path):
@@ -127,7 +131,8 @@ def test_kill_9_of_the_driver(scenario_file, tmp_path):
     p = start_cli(["run", str(scenario_file(LONG)), "--out", str(out), "-q"])
     try:
         wait_for_event(out, _running)
-        assert _session_group() == "-10"  # the run raised this session's autogroup (its control plane's)
+        # The run raised this session's autogroup (its control plane's), where there is one.
+        assert _session_group() in (None, "-10")
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=10)
     finally:
