@@ -1,42 +1,50 @@
-"""The synthetic test program of paper 002, fig. 6 (ALGORITHMS.md §3), as one rank of a tbcomm job.
+"""The synthetic program of paper 002, fig. 6 (docs/policies.md, "Paired gang"), as a program kind.
 
-``python -m testbed.apps.synthetic --iterations N --gcomp G --gio K --io-bytes B --io-time-ms T
-[--no-barrier] [--wait-mode M --spin-us U] [--pattern P --msg-bytes S --msgs R] [--memory-mb M]``
+Each process: ``iterations`` x { compute ``gcomp`` work units; ``gio`` writes of ``io_bytes`` bytes to a
+real file in the node's I/O folder, each padded with sleep to at least ``io_time_ms`` emulated ms;
+barrier (all send to rank 0, rank 0 replies after hearing from all) }, reporting the barriers passed.
 
-N times: compute G work units; K writes of B bytes to a real file in TB_IO_DIR, each padded with sleep
-to at least T emulated ms; barrier (all send to rank 0, rank 0 replies after hearing from all). After
-each barrier it reports PROGRESS("barriers", i + 1) ("iterations" with --no-barrier). Exit 0 on success;
-otherwise one line on stderr saying why, and a non-zero exit.
+Paper 000's best-effort process: with ``pattern`` ring | neighbour | alltoall | rank0 the barrier is
+replaced by ``msgs`` rounds of that point-to-point exchange (:func:`pattern_plan`) with ``msg_bytes``-byte
+payloads, real sends and receives through tbcomm (no collective notices: they are not collectives),
+reported as iterations. Round g of the run uses tag g % 2: a peer is never more than one round ahead (it
+needs this rank's message of the round to finish it), so any-source receives with that tag take exactly
+this round's messages. ``barrier: false`` drops the communication step altogether.
 
-Paper 000's best-effort process: with ``--pattern`` ring | neighbour | alltoall | rank0 the barrier is
-replaced by R rounds of that point-to-point exchange (:func:`pattern_plan`) with S-byte payloads, real
-sends and receives through tbcomm (no collective notices: they are not collectives), reported as
-PROGRESS("iterations", i + 1). Round g of the run uses tag g % 2: a peer is never more than one round
-ahead (it needs this rank's message of the round to finish it), so any-source receives with that tag
-take exactly this round's messages.
-
-``--memory-mb M`` allocates M MiB at start and writes one byte in every 4 KiB page before connecting
-(start-up, not job work), so the memory is resident; each iteration rewrites a 1/16 stride of the pages
-(every page once every 16 iterations) so it stays resident.
+``profile`` (EP, BT, LU, MG, SP, CG, IS; apps/profiles.py) fills the fields it defines; fields given
+explicitly override it. Memory is the job's (``memory_mb`` of the job entry or generator class): the
+worker harness keeps it resident and each iteration rewrites a 1/16 stride of its pages.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import time
+from collections.abc import Iterator
+from typing import Literal
 
-from testbed.apps.tbcomm import MODES, Comm, CommError
-from testbed.apps.work import work
+from pydantic import Field, field_validator, model_validator
+from testbed.apps import profiles
+from testbed.apps.base import (
+    TAG_BARRIER,
+    WORK_UNIT_S,
+    Collective,
+    Compute,
+    MessagingConfig,
+    Op,
+    ProgramKind,
+    Progress,
+    Recv,
+    Reports,
+    Send,
+    SimContext,
+    Sleep,
+)
 
 #: The I/O file wraps around at this size: the writes stay real, the disk use stays bounded.
 IO_FILE_CAP = 16 * 1024 * 1024
-PAGE = 4096
-#: Each iteration rewrites one page in this many (a different one each time), so pages stay resident.
-TOUCH_EVERY = 16
 
-#: Per-iteration communication patterns (paper 000 best-effort process); shared with testbed.jobs, the sim.
+#: Per-iteration communication patterns (paper 000's best-effort process).
 PATTERNS = ("barrier", "ring", "neighbour", "alltoall", "rank0")
 
 
@@ -67,28 +75,189 @@ def pattern_plan(pattern: str, rank: int, size: int) -> tuple[bool, tuple[int, .
     raise ValueError(f"pattern {pattern!r} has no point-to-point plan; use one of {', '.join(PATTERNS[1:])}")
 
 
-def allocate(memory_mb: float) -> bytearray | None:
-    """``memory_mb`` MiB, every page written once (resident, not just reserved)."""
-    n = int(memory_mb * 1024 * 1024)
-    if n <= 0:
-        return None
-    mem = bytearray(n)  # zero pages mapped lazily: only the writes below make them resident
-    mem[::PAGE] = b"\x01" * len(range(0, n, PAGE))
-    return mem
+class SyntheticConfig(MessagingConfig):
+    """gcomp is in work units (1 unit = 1 ms of the worker thread's own CPU time at rate 1.0); each gio
+    write takes at least io_time_ms emulated."""
+
+    kind: Literal["synthetic"] = "synthetic"
+    iterations: int = Field(10, ge=1, description="compute / I/O / communication rounds")
+    gcomp: float = Field(100.0, ge=0, description="work units of CPU per iteration (1 unit = 1 ms at rate 1)")
+    gio: int = Field(0, ge=0, description="real file writes per iteration")
+    io_bytes: int = Field(8193, ge=1, description="bytes per write")
+    io_time_ms: float = Field(1.0, ge=0, description="emulated ms each write takes at least")
+    barrier: bool = Field(True, description="false: no communication step at all")
+    pattern: Literal["barrier", "ring", "neighbour", "alltoall", "rank0"] = Field(
+        "barrier", description="communication per iteration: a barrier, or rounds of a point-to-point pattern"
+    )
+    msg_bytes: int = Field(0, ge=0, description="payload of each point-to-point message (not barrier)")
+    msgs: int = Field(1, ge=0, description="rounds of the pattern per iteration")
+    profile: str | None = Field(None, description="NAS-like profile: EP, BT, LU, MG, SP, CG or IS")
+
+    @field_validator("profile")
+    @classmethod
+    def _profile_known(cls, v):
+        return None if v is None else profiles.get(v).name  # ValueError naming the known profiles
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        f = Synthetic.resolve(self)
+        if f.gcomp == 0 and f.gio == 0:
+            raise ValueError("gcomp and gio are both 0: the job would do no work; set one of them above 0")
+        if f.pattern == "barrier" and (f.msg_bytes != 0 or f.msgs != 1):
+            raise ValueError(
+                "pattern barrier sends one round of empty messages per iteration: leave msg_bytes at 0 and "
+                "msgs at 1, or use pattern rank0 (the same shape with payloads and rounds)"
+            )
+        if not f.barrier and f.pattern != "barrier":
+            raise ValueError(f"barrier false means no communication, but pattern is {f.pattern!r}; drop one")
+        return self
 
 
-def touch(mem: bytearray | None, i: int) -> None:
-    """Rewrites one page in TOUCH_EVERY (offset rotating with ``i``): cheap, and keeps the pages in use."""
-    if mem is None:
-        return
-    start = (i % TOUCH_EVERY) * PAGE
-    step = PAGE * TOUCH_EVERY
-    count = len(range(start, len(mem), step))
-    if count:
-        mem[start::step] = bytes([i & 0xFF | 1]) * count
+def messages_per_iteration(cfg: SyntheticConfig, size: int) -> float:
+    """Messages one process sends per iteration, averaged over the ``size`` ranks."""
+    if not cfg.barrier or size <= 1:
+        return 0.0
+    if cfg.pattern == "barrier":
+        return 2.0 * (size - 1) / size
+    sent = sum(len(pattern_plan(cfg.pattern, r, size)[1]) for r in range(size))
+    return cfg.msgs * sent / size
 
 
-def exchange(comm: Comm, plan: tuple[bool, tuple[int, ...], tuple[int, ...]], payload: bytes, tag: int):
+class Synthetic(ProgramKind):
+    name = "synthetic"
+    summary = "paper 002's compute / real file I/O / barrier program, or paper 000's point-to-point patterns"
+    Config = SyntheticConfig
+    reports = Reports(units=("barriers", "iterations"))
+
+    @classmethod
+    def resolve(cls, cfg: SyntheticConfig) -> SyntheticConfig:
+        """The profile's fields, then the fields given explicitly (the profile is then spent)."""
+        if cfg.profile is None:
+            return cfg
+        given = cfg.model_fields_set - {"kind", "profile"}
+        fields = {k: v for k, v in profiles.get(cfg.profile).app_fields().items() if k not in given}
+        return cfg.model_copy(update={**fields, "profile": None})
+
+    @classmethod
+    def ideal_runtime(cls, cfg: SyntheticConfig, cpu_rate: float = 1.0) -> float:
+        """Runtime alone on dedicated nodes, ignoring message latency (emulated s)."""
+        return cfg.iterations * (cfg.gcomp * WORK_UNIT_S / cpu_rate + cfg.gio * cfg.io_time_ms / 1000.0)
+
+    @classmethod
+    def with_duration(cls, cfg: SyntheticConfig, duration_s: float, cpu_rate: float = 1.0) -> SyntheticConfig:
+        per_iter = cls.ideal_runtime(cfg.model_copy(update={"iterations": 1}), cpu_rate)
+        iterations = max(1, round(duration_s / per_iter)) if per_iter > 0 else 1
+        return cfg.model_copy(update={"iterations": iterations})
+
+    @classmethod
+    def with_profile_length(cls, cfg: SyntheticConfig, profile: str, scale: float) -> SyntheticConfig:
+        """The profile's own length (apps/profiles.py) times ``scale``."""
+        iterations = max(1, round(profiles.get(profile).iterations() * scale))
+        return cfg.model_copy(update={"iterations": iterations})
+
+    @classmethod
+    def with_work(cls, cfg: SyntheticConfig, cpu_s: float, steps: int) -> SyntheticConfig:
+        return cfg.model_copy(update={"iterations": steps, "gcomp": cpu_s / steps / WORK_UNIT_S})
+
+    @classmethod
+    def memory_mb(cls, cfg: SyntheticConfig, size: int) -> float:
+        return 0.0 if cfg.profile is None else profiles.get(cfg.profile).memory_mb(size)
+
+    @classmethod
+    def default_class(cls, cfg: SyntheticConfig) -> str:
+        if cfg.gio and cfg.gcomp == 0:
+            return "io"
+        if cfg.gio:
+            return "mixed"
+        return "compute"
+
+    # -- real processes --------------------------------------------------------------------------------
+
+    @classmethod
+    def run(cls, cfg: SyntheticConfig, ctx) -> None:
+        # Imported here: the scenario loader and the simulator use this module without them.
+        from testbed.apps.work import work
+
+        fd = -1
+        if cfg.gio > 0:
+            path = ctx.io_path(f"{ctx.job}.{ctx.rank}.io")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            comm = ctx.connect()  # returns at GO: nothing above counts as the job's work
+            io_real_s = cfg.io_time_ms * ctx.tdf / 1000.0
+            block = b"\xa5" * cfg.io_bytes
+            written = 0
+            p2p = cfg.pattern != "barrier"
+            unit = "iterations" if not cfg.barrier or p2p else "barriers"
+            plan = pattern_plan(cfg.pattern, comm.rank, comm.size) if p2p else None
+            payload = b"\x5a" * cfg.msg_bytes
+            rounds = 0
+            for i in range(cfg.iterations):
+                ctx.touch(i)
+                work(cfg.gcomp)
+                for _ in range(cfg.gio):
+                    start = time.monotonic()
+                    if written + cfg.io_bytes > IO_FILE_CAP:
+                        os.lseek(fd, 0, os.SEEK_SET)
+                        written = 0
+                    os.write(fd, block)
+                    written += cfg.io_bytes
+                    left = start + io_real_s - time.monotonic()
+                    if left > 0:
+                        time.sleep(left)
+                if p2p:
+                    for _ in range(cfg.msgs):
+                        _exchange(comm, plan, payload, rounds & 1)
+                        rounds += 1
+                elif cfg.barrier:
+                    comm.barrier()
+                ctx.progress(unit, i + 1)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+
+    # -- simulator -------------------------------------------------------------------------------------
+
+    @classmethod
+    def model(cls, cfg: SyntheticConfig, ctx: SimContext) -> Iterator[Op]:
+        rank, size = ctx.rank, ctx.size
+        work = cfg.gcomp * WORK_UNIT_S
+        io_s = cfg.io_time_ms / 1000.0
+        p2p = cfg.barrier and cfg.pattern != "barrier"
+        if p2p:
+            sends_first, dests, srcs = pattern_plan(cfg.pattern, rank, size)
+            rounds = 0
+        unit = "iterations" if p2p else ("barriers" if cfg.barrier else None)
+        for i in range(cfg.iterations):
+            yield Compute(work)
+            for _ in range(cfg.gio):
+                yield Sleep(io_s)
+            if p2p:
+                if size > 1:
+                    for _ in range(cfg.msgs):
+                        tag = rounds & 1
+                        rounds += 1
+                        if sends_first:
+                            yield Send(dests, cfg.msg_bytes, tag)
+                        yield Recv(len(srcs), tag)
+                        if not sends_first:
+                            yield Send(dests, cfg.msg_bytes, tag)
+            elif cfg.barrier and size > 1:
+                yield Collective("barrier", True)
+                if rank != 0:
+                    yield Send((0,), 0, TAG_BARRIER)
+                    yield Recv(1, TAG_BARRIER)
+                else:
+                    yield Recv(size - 1, TAG_BARRIER)
+                    yield Send(tuple(range(1, size)), 0, TAG_BARRIER)
+                yield Collective("barrier", False)
+            # Every 10th and the last, like the real worker's reports but fewer.
+            done = i + 1
+            if unit is not None and (done % 10 == 0 or done == cfg.iterations):
+                yield Progress(unit, done)
+
+
+def _exchange(comm, plan: tuple[bool, tuple[int, ...], tuple[int, ...]], payload: bytes, tag: int) -> None:
     """One round of a point-to-point pattern: sends are asynchronous (to the receiver's NIC), so sending
     first cannot deadlock; each receive is one tbcomm receive in the job's wait mode."""
     sends_first, dests, srcs = plan
@@ -102,103 +271,4 @@ def exchange(comm: Comm, plan: tuple[bool, tuple[int, ...], tuple[int, ...]], pa
             comm.send(d, payload, tag)
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m testbed.apps.synthetic", description=__doc__.split("\n")[0])
-    p.add_argument("--iterations", type=int, required=True)
-    p.add_argument("--gcomp", type=float, default=0.0, help="work units per iteration")
-    p.add_argument("--gio", type=int, default=0, help="writes per iteration")
-    p.add_argument("--io-bytes", type=int, default=8193)
-    p.add_argument("--io-time-ms", type=float, default=1.0, help="emulated ms each write takes at least")
-    p.add_argument("--no-barrier", action="store_true")
-    p.add_argument("--wait-mode", choices=MODES, default=None, help="default: TB_WAIT_MODE, else block")
-    p.add_argument("--spin-us", type=float, default=None, help="spin-block: emulated us to spin first")
-    p.add_argument("--pattern", choices=PATTERNS, default="barrier", help="per-iteration communication")
-    p.add_argument("--msg-bytes", type=int, default=0, help="payload of each point-to-point message")
-    p.add_argument("--msgs", type=int, default=1, help="rounds of the pattern per iteration")
-    p.add_argument("--memory-mb", type=float, default=0.0, help="MiB to allocate and keep resident")
-    args = p.parse_args(argv)
-    for name in ("iterations", "gio", "io_bytes"):
-        if getattr(args, name) < 0:
-            p.error(f"--{name.replace('_', '-')} must be >= 0")
-    if args.gcomp < 0 or args.io_time_ms < 0 or args.memory_mb < 0:
-        p.error("--gcomp, --io-time-ms and --memory-mb must be >= 0")
-    if args.msg_bytes < 0 or args.msgs < 0:
-        p.error("--msg-bytes and --msgs must be >= 0")
-    if args.pattern == "barrier" and (args.msg_bytes or args.msgs != 1):
-        p.error("--pattern barrier takes no --msg-bytes and one round (--msgs 1); use --pattern rank0")
-    if args.no_barrier and args.pattern != "barrier":
-        p.error("--no-barrier means no communication; it does not go with --pattern")
-    return args
-
-
-def run(args: argparse.Namespace, env=os.environ) -> None:
-    fd = -1
-    if args.gio > 0:
-        io_dir = env.get("TB_IO_DIR")
-        if not io_dir:
-            raise CommError("TB_IO_DIR is not set, but --gio > 0 needs a directory for the I/O file")
-        path = os.path.join(io_dir, f"{env.get('TB_JOB', 'job')}.{env.get('TB_RANK', '0')}.io")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    mem = allocate(args.memory_mb)
-    comm = Comm.from_env(env)  # returns at GO: nothing above counts as job work
-    if args.wait_mode:
-        comm.mode = args.wait_mode
-    if args.spin_us is not None:
-        comm.spin_us = args.spin_us
-    io_real_s = args.io_time_ms * comm.tdf / 1000.0
-    block = b"\xa5" * args.io_bytes
-    written = 0
-    p2p = args.pattern != "barrier"
-    unit = "iterations" if args.no_barrier or p2p else "barriers"
-    plan = pattern_plan(args.pattern, comm.rank, comm.size) if p2p else None
-    payload = b"\x5a" * args.msg_bytes
-    rounds = 0
-    try:
-        for i in range(args.iterations):
-            touch(mem, i)
-            work(args.gcomp)
-            for _ in range(args.gio):
-                start = time.monotonic()
-                if written + args.io_bytes > IO_FILE_CAP:
-                    os.lseek(fd, 0, os.SEEK_SET)
-                    written = 0
-                os.write(fd, block)
-                written += args.io_bytes
-                left = start + io_real_s - time.monotonic()
-                if left > 0:
-                    time.sleep(left)
-            if p2p:
-                for _ in range(args.msgs):
-                    exchange(comm, plan, payload, rounds & 1)
-                    rounds += 1
-            elif not args.no_barrier:
-                comm.barrier()
-            comm.progress(unit, i + 1)
-    except BaseException:
-        comm.abort()
-        raise
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    comm.close()
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
-    who = f"synthetic: job {os.environ.get('TB_JOB', '?')} rank {os.environ.get('TB_RANK', '?')}"
-    try:
-        run(args)
-    except (CommError, OSError) as exc:
-        print(f"{who}: {exc}", file=sys.stderr, flush=True)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{who}: interrupted", file=sys.stderr, flush=True)
-        return 130
-    except Exception as exc:  # any other failure still gets its one-line reason
-        print(f"{who}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+__all__ = ["PATTERNS", "Synthetic", "SyntheticConfig", "messages_per_iteration", "pattern_plan"]

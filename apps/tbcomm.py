@@ -67,6 +67,11 @@ class CommError(RuntimeError):
     """The job cannot go on: a peer died, the NIC went away, or the protocol was violated."""
 
 
+class PeerGone(CommError):
+    """The NIC says the job has already failed: a peer went away. This rank's failure is a consequence,
+    not the cause (the worker exits with its own code for it, so the cause can be told apart)."""
+
+
 def _split(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
     return host, int(port)
@@ -254,7 +259,7 @@ class Comm:
                 reason = body.decode(errors="replace")
                 if self._standing:
                     self._error = reason
-                raise CommError(reason)
+                raise PeerGone(reason)
             else:
                 raise CommError(f"waiting for the delivery to rank {dst}: unexpected frame type {ftype}")
 
@@ -301,7 +306,7 @@ class Comm:
         if ftype == DATA:
             return a, c, body
         if ftype == ERROR:
-            raise CommError(body.decode(errors="replace"))
+            raise PeerGone(body.decode(errors="replace"))
         raise CommError(f"unexpected frame type {ftype} from NIC {self.node_nic}")
 
     def _recv_standing(self, src: int, tag: int, mcode: int) -> tuple[int, int, bytes]:
@@ -313,7 +318,7 @@ class Comm:
                 self._acks += 1
                 return msg
         if self._error is not None:
-            raise CommError(self._error)
+            raise PeerGone(self._error)
         sock = self._local
         deadline = None if self.recv_timeout_s is None else time.monotonic() + self.recv_timeout_s
         spin_until = None
@@ -333,7 +338,7 @@ class Comm:
                 inbox.append((a, c, body))
             elif ftype == ERROR:
                 self._error = body.decode(errors="replace")
-                raise CommError(self._error)
+                raise PeerGone(self._error)
             else:
                 raise CommError(f"unexpected frame type {ftype} from NIC {self.node_nic}")
 

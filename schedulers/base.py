@@ -11,7 +11,7 @@ Two roles:
   jobs, and (for time-sharing policies) the slot plan that says which jobs each node may run from when;
 * a :class:`LocalPolicy`, one per node, owned by the node agent: which of the node's processes may run
   right now, and at which priority, given what happens on the node (process added/exited, a slot starts,
-  a message arrives, a receiver waits or blocks, a collective is entered or left, a utilisation sample).
+  a message arrives, a receiver waits or blocks, a collective is entered or left).
 
 A :class:`Scheduler` bundles the two under one registered name.
 """
@@ -23,10 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-
-class PolicyConfigError(ValueError):
-    """A policy parameter is invalid; the message names the parameter and the fix."""
-
+from . import params as _params
+from .params import PolicyConfigError, PolicyParams  # noqa: F401 - the policies import the error from here
 
 # --------------------------------------------------------------------------------------------------------
 # What the policies see
@@ -89,15 +87,37 @@ class Dispatch:
     rows: tuple[int, ...] = ()
 
 
-GlobalAction = Reject | Start | Dispatch
+@dataclass(frozen=True)
+class Kill:
+    """End a running job now (its processes are killed); it ends as killed, with ``reason``. The policy has
+    already released what the job held: the owner does not call :meth:`GlobalPolicy.finished` for it."""
+
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """Stop a running job and put it back in the queue: its processes are killed and a later
+    :class:`Start` runs it again from the beginning. The policy has already taken it back into its own
+    queue: the owner does not call :meth:`GlobalPolicy.finished` or :meth:`GlobalPolicy.submit` for it."""
+
+    job_id: str
+    reason: str
+
+
+GlobalAction = Reject | Start | Dispatch | Kill | Requeue
 
 
 class GlobalPolicy(ABC):
     """Admission and allocation across the cluster.
 
-    The owner calls :meth:`submit` when a job arrives, :meth:`finished` when one ends (any final state),
-    and :meth:`tick` at (or just after) the time last returned by :meth:`next_tick`. Each returns the
-    actions to carry out, in order.
+    The owner calls :meth:`submit` when a job arrives, :meth:`finished` when one ends (any final state
+    but one the policy caused by :class:`Kill` or :class:`Requeue`), :meth:`tick` at (or just after) the
+    time last returned by :meth:`next_tick`, and :meth:`node_down` / :meth:`node_up` when a node fails or
+    comes back. Each returns the actions to carry out, in order. The owner applies them in one place
+    (testbed/core.py), which refuses an action that cannot be carried out (an unknown job, a node out of
+    range or down, a node beyond :meth:`max_jobs_per_node`) with an error naming the policy.
     """
 
     #: True when the policy needs each process's CPU use per quantum (:meth:`utilization`); owners skip
@@ -112,6 +132,26 @@ class GlobalPolicy(ABC):
         self.nodes = nodes
         self.params = dict(params)
         self.seed = seed
+        #: Nodes that are down now (:meth:`node_down`); a policy must not place a job on one.
+        self.down: set[int] = set()
+
+    def max_jobs_per_node(self) -> int | None:
+        """How many jobs may hold one node at once under this policy (1 for space sharing, the MPL for
+        time sharing), or None when the policy does not bound it. The owner refuses a Start beyond it."""
+        return None
+
+    def node_down(self, now: float, node: int) -> list[GlobalAction]:
+        """``node`` failed. The jobs that ran on it have already been ended (failed, or stopped to be
+        requeued, as the scenario says) and :meth:`finished` called for each; the requeued ones are
+        submitted again right after this call. From now on no job may be placed there. The default
+        records it in :attr:`down`."""
+        self.down.add(node)
+        return []
+
+    def node_up(self, now: float, node: int) -> list[GlobalAction]:
+        """``node`` is back (empty) and may be used again. The default removes it from :attr:`down`."""
+        self.down.discard(node)
+        return []
 
     def set_node_memory(self, mb: float | None) -> None:
         """Tells the policy how much memory (MB) each node has; None disables memory checks."""
@@ -144,14 +184,6 @@ class GlobalPolicy(ABC):
     def next_tick(self) -> float | None:
         """Emulated time at which :meth:`tick` must be called next, or None."""
         return None
-
-    def lead_time(self) -> float:
-        """How far ahead of a Dispatch's ``at`` the owner calls :meth:`tick` to obtain it (emulated s)."""
-        return 0.0
-
-    def pending(self) -> int:
-        """Jobs admitted but not started (queued)."""
-        return 0
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -229,15 +261,6 @@ class CollectiveLeave:
 
 
 @dataclass(frozen=True)
-class UtilizationSample:
-    """CPU used by ``proc`` over the last ``interval`` emulated seconds, as a fraction of the node."""
-
-    proc: Proc
-    utilization: float
-    interval: float
-
-
-@dataclass(frozen=True)
 class Timer:
     tag: str = ""
 
@@ -254,7 +277,6 @@ LocalEvent = (
     | SenderWoken
     | CollectiveEnter
     | CollectiveLeave
-    | UtilizationSample
     | Timer
 )
 
@@ -279,6 +301,10 @@ class LocalPolicy(ABC):
     #: True when the policy needs every message arrival, wait and consumption (coscheduling); the NIC
     #: then reports them. False lets the NIC skip that work.
     wants_message_events: ClassVar[bool] = False
+    #: True when the policy keeps nothing of a SlotStart but its allowed set, so on a node without
+    #: processes only the latest one matters: the simulator then hands an idle node just the latest, when
+    #: something next happens there (1,000 idle nodes need not each decide at every quantum).
+    slot_start_keeps_latest_only: ClassVar[bool] = False
 
     def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
         self.node = node
@@ -315,7 +341,11 @@ class Scheduler:
     summary: ClassVar[str]  # one line for `testbed schedulers`
     global_policy: ClassVar[type[GlobalPolicy]]
     local_policy: ClassVar[type[LocalPolicy]] = RunAll
-    #: parameter name -> default; unknown parameters in a scenario are an error naming these
+    #: The scheduler's parameters (:mod:`~testbed.schedulers.params`): types, bounds, rules, defaults and
+    #: descriptions. The policies receive its dump, a plain dict of validated values.
+    Params: ClassVar[type[PolicyParams]] = PolicyParams
+    #: Parameter name -> default, derived from ``Params``. A scheduler may instead declare ``defaults``
+    #: (and ``allocation_defaults``) as plain dicts: it then gets a model that checks the names only.
     defaults: ClassVar[Mapping[str, Any]] = {}
     #: How every job's processes wait for a message under this scheduler ("spin", "block", "spin-block";
     #: None keeps each job's own ``wait_mode``), and the spin time in us that goes with "spin-block" (None
@@ -329,28 +359,30 @@ class Scheduler:
     #: over, as always), or until the receiving node's NIC acknowledges the message: "spin", "block" or
     #: "spin-block" (spinning the job's spin time first). Always forced on the jobs (no scenario setting).
     send_wait: ClassVar[str] = "none"
-    #: Allocation parameters the scheduler accepts on top of ``defaults`` (name -> default), filled in
-    #: the same way: ``memory_aware`` (paper 003 §5.3) for the schedulers that place jobs on nodes.
+    #: Legacy: parameters accepted on top of a plain ``defaults`` dict (see ``defaults``).
     allocation_defaults: ClassVar[Mapping[str, Any]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = vars(cls)
+        if "Params" in own:
+            if "defaults" in own or "allocation_defaults" in own:
+                raise TypeError(f"{cls.__name__}: declare Params or defaults, not both")
+            cls.defaults = _params.defaults(cls.Params)
+            cls.allocation_defaults = {}
+        elif "defaults" in own or "allocation_defaults" in own:
+            cls.Params = _params.untyped(cls.__name__, {**cls.defaults, **cls.allocation_defaults})
 
     @classmethod
     def all_defaults(cls) -> dict[str, Any]:
         """Every parameter the scheduler accepts, with its default."""
-        return {**cls.defaults, **cls.allocation_defaults}
+        return _params.defaults(cls.Params)
 
     @classmethod
     def check_params(cls, params: Mapping[str, Any]) -> dict[str, Any]:
-        accepted = cls.all_defaults()
-        unknown = sorted(set(params) - set(accepted))
-        if unknown:
-            known = ", ".join(sorted(accepted)) or "(none)"
-            raise PolicyConfigError(
-                f"scheduler.params: unknown parameter(s) {', '.join(unknown)} for scheduler "
-                f"'{cls.name}'; known parameters: {known}"
-            )
-        merged = accepted
-        merged.update(params)
-        return merged
+        """Every parameter's validated value (defaults filled in), or :class:`PolicyConfigError` with one
+        line per problem, each naming ``scheduler.params.<name>`` and the fix."""
+        return _params.validate(cls.Params, params, getattr(cls, "name", cls.__name__))
 
     @classmethod
     def make_global(cls, nodes: int, params: Mapping[str, Any], seed: int) -> GlobalPolicy:

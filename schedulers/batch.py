@@ -1,134 +1,20 @@
 """Batch: PBS-like first-come first-served space sharing, one job per node (MPL 1), with optional EASY
 backfilling (ALGORITHMS.md §6). Allocation is PACKING (lowest contiguous block) or NO PACKING (random).
 
-Memory-aware allocation (:class:`NodeMemory`, paper 003 §5.3) is shared by every placing scheduler. Under
-batch a free node holds no other process, so all its memory is free: the only job memory can refuse is
-one whose process is bigger than a whole node, and that one is rejected."""
+Memory-aware allocation (:class:`~testbed.schedulers.placement.NodeMemory`, paper 003 §5.3) is shared by
+every placing scheduler. Under batch a free node holds no other process, so all its memory is free: the
+only job memory can refuse is one whose process is bigger than a whole node, and that one is rejected."""
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .base import GlobalAction, GlobalPolicy, JobSpec, PolicyConfigError, Reject, RunAll, Scheduler, Start
-
-
-def contiguous_block(free: Sequence[int], size: int) -> tuple[int, ...] | None:
-    """The lowest-numbered run of ``size`` consecutive node numbers in ``free`` (sorted), or None."""
-    if size <= 0:
-        return ()
-    run_start = 0
-    for i in range(len(free)):
-        if i > 0 and free[i] != free[i - 1] + 1:
-            run_start = i
-        if i - run_start + 1 == size:
-            return tuple(free[run_start : i + 1])
-    return None
-
-
-def pack(free: Iterable[int], size: int) -> tuple[int, ...]:
-    """PACKING: the first contiguous block that fits, else the lowest-numbered free nodes."""
-    ordered = sorted(free)
-    block = contiguous_block(ordered, size)
-    return block if block is not None else tuple(ordered[:size])
-
-
-def oversize_reason(job: JobSpec, nodes: int) -> str | None:
-    """Why a job can never run on a cluster of ``nodes`` uniprocessor nodes, or None if it can."""
-    if job.size < 1:
-        return f"job {job.job_id} asks for {job.size} processes; a job needs at least 1"
-    if job.size > nodes:
-        return (
-            f"job {job.job_id} needs {job.size} nodes but the cluster has only {nodes}; it could never start"
-        )
-    return None
-
-
-def param_bool(params: Mapping[str, Any], name: str, scheduler: str) -> bool:
-    value = params[name]
-    if not isinstance(value, bool):
-        raise PolicyConfigError(f"scheduler.params.{name}: {scheduler} needs true or false, got {value!r}")
-    return value
-
-
-#: The memory-aware allocation parameter every placing scheduler accepts (Scheduler.allocation_defaults).
-MEMORY_DEFAULTS = {"memory_aware": True}
-
-
-class NodeMemory:
-    """Memory-aware allocation (paper 003 §5.3), shared by the schedulers that place jobs on nodes.
-
-    Tracks the memory the placed processes hold on each node (``JobSpec.memory_mb`` per process; a
-    stopped process keeps its memory). While the check is on (``memory_aware``, default true, and the
-    owner told the policy its node memory through ``set_node_memory``), a process may go on a node only
-    if it fits in that node's free memory, so a job that does not fit waits in the queue instead of
-    making a node swap; a job larger than a whole node is rejected.
-    """
-
-    def __init__(self, policy: GlobalPolicy, scheduler: str) -> None:
-        self.policy = policy
-        params = policy.params
-        self.aware = param_bool(params, "memory_aware", scheduler) if "memory_aware" in params else True
-        self.used = [0.0] * policy.nodes
-        self.held: dict[str, tuple[tuple[int, ...], float]] = {}  # job -> (nodes, MB per process)
-
-    @property
-    def capacity(self) -> float | None:
-        """Memory of one node (MB) when the check is on, else None."""
-        return self.policy.node_memory_mb if self.aware else None
-
-    def never_fits(self, job: JobSpec) -> str | None:
-        """Why ``job`` can never start on this cluster's nodes (a process bigger than a node), or None."""
-        cap = self.capacity
-        if cap is None or job.memory_mb <= cap:
-            return None
-        return (
-            f"job {job.job_id} needs {job.memory_mb:g} MB of memory per process but a node has only "
-            f"{cap:g} MB; it could never start without swapping"
-        )
-
-    def fits(self, node: int, job: JobSpec) -> bool:
-        cap = self.capacity
-        return cap is None or self.used[node] + job.memory_mb <= cap * (1 + 1e-12)
-
-    def fitting(self, nodes: Iterable[int], job: JobSpec) -> list[int]:
-        """The nodes of ``nodes`` (in their order) where one more process of ``job`` fits."""
-        return [n for n in nodes if self.fits(n, job)]
-
-    def take(self, job: JobSpec, nodes: Iterable[int]) -> None:
-        """``job``'s processes now hold their memory on ``nodes`` (one entry per process)."""
-        nodes = tuple(nodes)
-        self.held[job.job_id] = (nodes, job.memory_mb)
-        for n in nodes:
-            self.used[n] += job.memory_mb
-
-    def release(self, job_id: str) -> None:
-        """``job_id`` ended: its memory is free again (nothing if it held none)."""
-        nodes, mb = self.held.pop(job_id, ((), 0.0))
-        for n in nodes:
-            self.used[n] = max(0.0, self.used[n] - mb)
-
-
-class FcfsQueue(GlobalPolicy):
-    """An FCFS arrival queue in front of ``_schedule(now)``; jobs that can never fit are rejected at once."""
-
-    queue: list[JobSpec]
-    mem: NodeMemory
-
-    def pending(self) -> int:
-        return len(self.queue)
-
-    def submit(self, now: float, job: JobSpec) -> list[GlobalAction]:
-        reason = oversize_reason(job, self.nodes) or self.mem.never_fits(job)
-        if reason is not None:
-            return [Reject(job.job_id, reason)]
-        self.queue.append(job)
-        return self._schedule(now)
-
-    def _schedule(self, now: float) -> list[GlobalAction]:  # pragma: no cover - interface
-        raise NotImplementedError
+from .base import GlobalAction, JobSpec, RunAll, Scheduler, Start
+from .params import param
+from .placement import FcfsQueue, MemoryAwareParams, NodeMemory, pack
 
 
 class BatchGlobal(FcfsQueue):
@@ -136,19 +22,31 @@ class BatchGlobal(FcfsQueue):
 
     def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
         super().__init__(nodes, params, seed)
-        self.backfill = param_bool(self.params, "backfill", "batch")
-        self.packing = param_bool(self.params, "packing", "batch")
-        self.mem = NodeMemory(self, "batch")
+        self.backfill = self.params["backfill"]
+        self.packing = self.params["packing"]
+        self.mem = NodeMemory(self)
         self.rng = random.Random(seed)
         self.free: set[int] = set(range(nodes))
         self.queue: list[JobSpec] = []
         # job_id -> (nodes, expected end); end is inf when the job gave no estimate
         self.running: dict[str, tuple[tuple[int, ...], float]] = {}
 
+    def max_jobs_per_node(self) -> int:
+        return 1
+
+    def node_down(self, now: float, node: int) -> list[GlobalAction]:
+        super().node_down(now, node)
+        self.free.discard(node)  # its jobs have ended (finished() gave it back): keep it out
+        return []
+
+    def node_up(self, now: float, node: int) -> list[GlobalAction]:
+        self.free.add(node)
+        return super().node_up(now, node)
+
     def finished(self, now: float, job_id: str) -> list[GlobalAction]:
         placed = self.running.pop(job_id, None)
         if placed is not None:
-            self.free.update(placed[0])
+            self.free.update(n for n in placed[0] if n not in self.down)
         else:  # ended while still queued (killed, failed)
             self.queue = [j for j in self.queue if j.job_id != job_id]
         return self._schedule(now)
@@ -218,10 +116,14 @@ class BatchGlobal(FcfsQueue):
         return actions
 
 
+class BatchParams(MemoryAwareParams):
+    backfill: bool = param(False, "EASY backfilling: a later job may start if it does not delay the head")
+    packing: bool = param(True, "PACKING: the lowest contiguous block of free nodes (false: random nodes)")
+
+
 class Batch(Scheduler):
     name = "batch"
     summary = "PBS-like FCFS space sharing, one job per node; optional EASY backfilling"
     global_policy = BatchGlobal
     local_policy = RunAll
-    defaults = {"backfill": False, "packing": True}
-    allocation_defaults = MEMORY_DEFAULTS
+    Params = BatchParams

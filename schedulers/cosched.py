@@ -30,6 +30,8 @@ import math
 from collections.abc import Hashable, Mapping
 from typing import Any, ClassVar
 
+from pydantic import model_validator
+
 from .base import (
     CollectiveEnter,
     CollectiveLeave,
@@ -39,7 +41,6 @@ from .base import (
     LocalPolicy,
     MessageArrived,
     MessageConsumed,
-    PolicyConfigError,
     Proc,
     ProcAdded,
     ProcExited,
@@ -52,8 +53,8 @@ from .base import (
     Timer,
     job_wait,  # noqa: F401 - re-exported: the rule applies to every scheduler, it lives in base
 )
-from .batch import MEMORY_DEFAULTS
-from .local import LocalGlobal
+from .local import LocalGlobal, LocalParams
+from .params import PolicyParams, param, rule_error
 
 NICE_MIN, NICE_MAX = -20, 19
 #: A Timer a little early (the real agent's event loop may fire it up to its clock resolution early)
@@ -62,39 +63,92 @@ TIMER_SLACK_S = 1e-9
 
 
 # --------------------------------------------------------------------------------------------------------
-# Parameters
+# Parameters: groups the schemes compose
+
+_NICE = {"noun": "a whole nice value", "ge": NICE_MIN, "le": NICE_MAX}
+_SPIN_TIME_US = 300.0  # paper 003
 
 
-def _param_nice(params: Mapping[str, Any], name: str, scheduler: str) -> int:
-    value = params[name]
-    if isinstance(value, bool) or not isinstance(value, int) or not NICE_MIN <= value <= NICE_MAX:
-        raise PolicyConfigError(
-            f"scheduler.params.{name}: {scheduler} needs a whole nice value in {NICE_MIN}..{NICE_MAX}, "
-            f"got {value!r}"
-        )
-    return value
+class NiceParams(PolicyParams):
+    normal_nice: int = param(0, "nice value of a process the scheme does not favour", **_NICE)
 
 
-def _param_time(params: Mapping[str, Any], name: str, scheduler: str, *, strict: bool) -> float:
-    value = params[name]
-    bad = isinstance(value, bool) or not isinstance(value, (int, float))
-    if bad or not (value > 0 if strict else value >= 0):
-        unit = "microseconds" if name.endswith("_us") else "milliseconds"
-        bound = "> 0" if strict else ">= 0"
-        raise PolicyConfigError(
-            f"scheduler.params.{name}: {scheduler} needs a number of {unit} {bound}, got {value!r}"
-        )
-    return float(value)
+class BoostParams(NiceParams):
+    boost_nice: int = param(-10, "nice value of a boosted process (below normal_nice)", **_NICE)
+
+    @model_validator(mode="after")
+    def _boost_below_normal(self):
+        if self.boost_nice >= self.normal_nice:
+            raise rule_error(
+                "boost_nice",
+                f"boosts by lowering the nice value, so boost_nice ({self.boost_nice}) must be below "
+                f"normal_nice ({self.normal_nice}); lower boost_nice or raise normal_nice",
+            )
+        return self
 
 
-def _param_boost(params: Mapping[str, Any], scheduler: str, normal: int) -> int:
-    boost = _param_nice(params, "boost_nice", scheduler)
-    if boost >= normal:
-        raise PolicyConfigError(
-            f"scheduler.params.boost_nice: {scheduler} boosts by lowering the nice value, so boost_nice "
-            f"({boost}) must be below normal_nice ({normal})"
-        )
-    return boost
+class WakeParams(BoostParams):
+    boost_ms: float = param(
+        10.0,
+        "a wake boost lasts at most this long (less if the process waits again)",
+        noun="a number of milliseconds",
+        gt=0,
+    )
+
+
+class SpinBlockParams(PolicyParams):
+    spin_time_us: float = param(
+        _SPIN_TIME_US, "a waiting process spins this long, then blocks", noun="a number of microseconds", ge=0
+    )
+
+
+class PeriodicParams(PolicyParams):
+    interval_ms: float = param(
+        1.0, "period of the pick of a process to boost", noun="a number of milliseconds", gt=0
+    )
+
+
+# Each scheme's parameters: NLS allocation (LocalParams) and the groups its local policy uses.
+
+
+class SyParams(NiceParams, LocalParams):
+    yield_nice: int = param(19, "nice value of a receiver that yielded (above normal_nice)", **_NICE)
+    spin_time_us: float = param(
+        _SPIN_TIME_US,
+        "a receiver still waiting after this long yields",
+        noun="a number of microseconds",
+        ge=0,
+    )
+
+    @model_validator(mode="after")
+    def _yield_above_normal(self):
+        if self.yield_nice <= self.normal_nice:
+            raise rule_error(
+                "yield_nice",
+                f"yields by raising the nice value, so yield_nice ({self.yield_nice}) must be above "
+                f"normal_nice ({self.normal_nice}); raise yield_nice or lower normal_nice",
+            )
+        return self
+
+
+class DcsParams(WakeParams, LocalParams):
+    pass
+
+
+class SbParams(SpinBlockParams, WakeParams, LocalParams):
+    pass
+
+
+class PbParams(PeriodicParams, BoostParams, LocalParams):
+    pass
+
+
+class PbSbParams(SpinBlockParams, PeriodicParams, WakeParams, LocalParams):
+    """PB-SB's and CC's: a periodic pick plus wake boosts of spin-block waiters."""
+
+
+class HybridParams(BoostParams, LocalParams):
+    pass
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -112,13 +166,10 @@ class CoschedLocal(LocalPolicy):
     """
 
     wants_message_events = True
-    scheme: ClassVar[str] = "cosched"
 
     def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
         super().__init__(node, params, seed)
-        self.normal_nice = _param_nice(self.params, "normal_nice", self.scheme)
-        if "spin_time_us" in self.params:  # SB, PB-SB and CC: the runner applies it to the jobs
-            _param_time(self.params, "spin_time_us", self.scheme, strict=False)
+        self.normal_nice = self.params["normal_nice"]
         self.procs: dict[Proc, None] = {}  # ordered: round-robin order
         self.waiting: set[Proc] = set()
         self.blocked: set[Proc] = set()
@@ -241,10 +292,10 @@ class WakeBoost(CoschedLocal):
 
     def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
         super().__init__(node, params, seed)
-        self.boost_nice = _param_boost(self.params, self.scheme, self.normal_nice)
+        self.boost_nice = self.params["boost_nice"]
         self.boost_s = math.inf  # PB has no wake boosts, hence no boost_ms
         if "boost_ms" in self.params:
-            self.boost_s = _param_time(self.params, "boost_ms", self.scheme, strict=True) / 1000.0
+            self.boost_s = self.params["boost_ms"] / 1000.0
         self.woken: set[Proc] = set()
 
     def boost(self, now: float, proc: Proc) -> None:
@@ -281,8 +332,6 @@ class DcsLocal(WakeBoost):
     ``boost_ms`` pass, another process becomes the favourite, or it exits. A message for the favourite
     itself changes nothing (the NIC only interrupts on a mismatch)."""
 
-    scheme = "dcs"
-
     def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
         super().__init__(node, params, seed)
         self.favourite: Proc | None = None
@@ -313,8 +362,6 @@ class SbLocal(WakeBoost):
     wakes it (the NIC hands the message over) and boosts it (a wake boost). A message for a spinning or
     computing process changes nothing."""
 
-    scheme = "sb"
-
     def react(self, now: float, event: LocalEvent) -> None:
         super().react(now, event)
         if isinstance(event, MessageArrived) and event.proc in self.blocked:
@@ -325,17 +372,10 @@ class SyLocal(CoschedLocal):
     """SY: receivers spin (the wait mode); one still waiting ``spin_time_us`` after its receive began
     yields: its nice goes to ``yield_nice`` until the receive completes (MessageConsumed)."""
 
-    scheme = "sy"
-
     def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
         super().__init__(node, params, seed)
-        self.yield_nice = _param_nice(self.params, "yield_nice", self.scheme)
-        if self.yield_nice <= self.normal_nice:
-            raise PolicyConfigError(
-                f"scheduler.params.yield_nice: sy yields by raising the nice value, so yield_nice "
-                f"({self.yield_nice}) must be above normal_nice ({self.normal_nice})"
-            )
-        self.spin_s = _param_time(self.params, "spin_time_us", self.scheme, strict=False) / 1e6
+        self.yield_nice = self.params["yield_nice"]
+        self.spin_s = self.params["spin_time_us"] / 1e6
         self.yielded: set[Proc] = set()
 
     def react(self, now: float, event: LocalEvent) -> None:
@@ -366,7 +406,7 @@ class PeriodicPick(WakeBoost):
 
     def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
         super().__init__(node, params, seed)
-        self.interval = _param_time(self.params, "interval_ms", self.scheme, strict=True) / 1000.0
+        self.interval = self.params["interval_ms"] / 1000.0
         self.favourite: Proc | None = None
         self.last_pick: Proc | None = None  # may have lost the favour since, or exited
         self.pos = 0  # its round-robin position
@@ -417,8 +457,6 @@ class PbLocal(PeriodicPick):
     current favourite, itself last) and favour the first with useful work (computing, or a message it
     has not consumed is there); none: no favourite. Nothing happens on an arrival."""
 
-    scheme = "pb"
-
     def pick(self) -> Proc | None:
         return next((p for p in self.candidates() if self.useful(p)), None)
 
@@ -426,7 +464,6 @@ class PbLocal(PeriodicPick):
 class PbSbLocal(PbLocal):
     """PB-SB: PB's periodic scan, plus SB's wake boost of a blocked receiver when its message arrives."""
 
-    scheme = "pbsb"
     wake_blocked = True
 
 
@@ -437,7 +474,6 @@ class CcLocal(PeriodicPick):
     incoming messages (ties: the first in round-robin order after the current favourite); none has any:
     no favourite."""
 
-    scheme = "cc"
     wake_blocked = True
 
     def react(self, now: float, event: LocalEvent) -> None:
@@ -458,11 +494,9 @@ class HybridLocal(CoschedLocal):
     """HYBRID: a process is boosted from CollectiveEnter to CollectiveLeave and at normal priority
     otherwise; point-to-point messages change nothing (receivers block at once: the wait mode)."""
 
-    scheme = "hybrid"
-
     def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
         super().__init__(node, params, seed)
-        self.boost_nice = _param_boost(self.params, self.scheme, self.normal_nice)
+        self.boost_nice = self.params["boost_nice"]
 
     def nice_of(self, proc: Proc) -> int:
         return self.boost_nice if proc in self.in_collective else self.normal_nice
@@ -471,27 +505,16 @@ class HybridLocal(CoschedLocal):
 # --------------------------------------------------------------------------------------------------------
 # The registered schedulers
 
-_NLS = {"mpl": 3, "packing": True}
-_BOOST = {"boost_nice": -10, "normal_nice": 0}
-_WAKE = {**_BOOST, "boost_ms": 10.0}
-_SPIN_TIME_US = 300.0  # paper 003
-
 
 class _Cosched(Scheduler):
     global_policy: ClassVar[type[GlobalPolicy]] = LocalGlobal
-    allocation_defaults = MEMORY_DEFAULTS  # LocalGlobal's memory-aware allocation
-
-    @classmethod
-    def make_global(cls, nodes: int, params: Mapping[str, Any], seed: int) -> GlobalPolicy:
-        cls.make_local(0, params, seed)  # a bad local parameter fails here, at the coordinator, first
-        return super().make_global(nodes, params, seed)
 
 
 class Spin(_Cosched):
     name = "spin"
     summary = "spin-only: every process runs, receivers busy-wait (NLS allocation, mpl per node)"
     local_policy = RunAll
-    defaults = dict(_NLS)
+    Params = LocalParams
     wait_mode = "spin"
 
 
@@ -499,7 +522,7 @@ class Dcs(_Cosched):
     name = "dcs"
     summary = "demand-based coscheduling: spinning receivers, a message for another process boosts it"
     local_policy = DcsLocal
-    defaults = {**_NLS, **_WAKE}
+    Params = DcsParams
     wait_mode = "spin"
     allows_wait_mode_override = False
 
@@ -508,7 +531,7 @@ class Sb(_Cosched):
     name = "sb"
     summary = "spin-block: receivers spin spin_time_us then block; a message wakes and boosts them"
     local_policy = SbLocal
-    defaults = {**_NLS, **_WAKE, "spin_time_us": _SPIN_TIME_US}
+    Params = SbParams
     wait_mode = "spin-block"
     spin_time_us = _SPIN_TIME_US
     allows_wait_mode_override = False
@@ -518,7 +541,7 @@ class Sy(_Cosched):
     name = "sy"
     summary = "spin-yield: receivers spin; after spin_time_us a waiting receiver drops to yield_nice"
     local_policy = SyLocal
-    defaults = {**_NLS, "normal_nice": 0, "yield_nice": 19, "spin_time_us": _SPIN_TIME_US}
+    Params = SyParams
     wait_mode = "spin"
 
 
@@ -526,7 +549,7 @@ class Pb(_Cosched):
     name = "pb"
     summary = "periodic boost: spinning receivers; every interval_ms boost the next process with useful work"
     local_policy = PbLocal
-    defaults = {**_NLS, **_BOOST, "interval_ms": 1.0}
+    Params = PbParams
     wait_mode = "spin"
     allows_wait_mode_override = False
 
@@ -535,7 +558,7 @@ class PbSb(_Cosched):
     name = "pbsb"
     summary = "PB + SB: spin-block receivers woken and boosted on arrival, plus PB's periodic boost"
     local_policy = PbSbLocal
-    defaults = {**_NLS, **_WAKE, "interval_ms": 1.0, "spin_time_us": _SPIN_TIME_US}
+    Params = PbSbParams
     wait_mode = "spin-block"
     spin_time_us = _SPIN_TIME_US
 
@@ -547,7 +570,7 @@ class Cc(_Cosched):
         "every interval_ms favour most unconsumed"
     )
     local_policy = CcLocal
-    defaults = {**_NLS, **_WAKE, "interval_ms": 1.0, "spin_time_us": _SPIN_TIME_US}
+    Params = PbSbParams
     wait_mode = "spin-block"
     spin_time_us = _SPIN_TIME_US
     allows_wait_mode_override = False
@@ -558,6 +581,6 @@ class Hybrid(_Cosched):
     name = "hybrid"
     summary = "HYBRID: immediate blocking; a process is boosted from collective entry to exit"
     local_policy = HybridLocal
-    defaults = {**_NLS, **_BOOST}
+    Params = HybridParams
     wait_mode = "block"
     allows_wait_mode_override = False

@@ -4,7 +4,7 @@
 soon as it is placed; its processes run only while a Dispatch allows its job. Every quantum the global
 policy plans the next non-empty row, a lead time ahead, so each node switches on its own timer (DESIGN.md,
 decision 5). With alternate scheduling, idle columns of the chosen row also run jobs of other rows whose
-columns are all free in it. Memory-aware allocation (:class:`~testbed.schedulers.batch.NodeMemory`): every
+columns are all free in it. Memory-aware allocation (:class:`~testbed.schedulers.placement.NodeMemory`): every
 process placed on a node holds its memory there, running or stopped, so a job goes only on columns whose
 node has room for it.
 """
@@ -15,6 +15,8 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pydantic import model_validator
+
 from .base import (
     Dispatch,
     GlobalAction,
@@ -23,7 +25,6 @@ from .base import (
     LocalDecision,
     LocalEvent,
     LocalPolicy,
-    PolicyConfigError,
     Proc,
     ProcAdded,
     ProcExited,
@@ -32,38 +33,48 @@ from .base import (
     SlotStart,
     Start,
 )
-from .batch import MEMORY_DEFAULTS, NodeMemory, contiguous_block, oversize_reason, param_bool
-from .local import param_mpl
+from .params import param, rule_error
+from .placement import MemoryAwareParams, NodeMemory, contiguous_block, oversize_reason
 
 
-def _param_ms(params: Mapping[str, Any], name: str, minimum: float, strict: bool) -> float:
-    value = params[name]
-    bad = isinstance(value, bool) or not isinstance(value, (int, float))
-    if bad or (value <= minimum if strict else value < minimum):
-        bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
-        raise PolicyConfigError(
-            f"scheduler.params.{name}: gang needs a number of milliseconds {bound}, got {value!r}"
-        )
-    return float(value)
+class GangParams(MemoryAwareParams):
+    mpl: int = param(
+        3, "rows of the Ousterhout matrix (time slots)", noun="a whole number of matrix rows", ge=1
+    )
+    quantum_ms: float = param(100.0, "length of a time slot", noun="a number of milliseconds", gt=0)
+    alternate: bool = param(True, "idle columns of a slot run jobs of other rows that fit there")
+    packing: bool = param(True, "a job goes on the first contiguous block of free columns (false: random)")
+    lead_ms: float = param(
+        25.0,
+        "how far ahead of its start a slot is planned and sent (shorter than quantum_ms)",
+        noun="a number of milliseconds",
+        ge=0,
+    )
+
+    @model_validator(mode="after")
+    def _lead_within_quantum(self):
+        if self.lead_ms >= self.quantum_ms:
+            raise rule_error(
+                "lead_ms",
+                f"plans each slot lead_ms ahead, so it must be shorter than quantum_ms "
+                f"({self.lead_ms:g} >= {self.quantum_ms:g}); lower lead_ms",
+            )
+        return self
 
 
 class GangGlobal(GlobalPolicy):
     def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
         super().__init__(nodes, params, seed)
-        self.mpl = param_mpl(self.params, "gang")
-        self.quantum = _param_ms(self.params, "quantum_ms", 0.0, strict=True) / 1000.0
-        self.lead = _param_ms(self.params, "lead_ms", 0.0, strict=False) / 1000.0
-        if self.lead >= self.quantum:
-            raise PolicyConfigError(
-                f"scheduler.params.lead_ms: gang plans each slot lead_ms ahead, so it must be shorter than "
-                f"quantum_ms ({self.params['lead_ms']!r} >= {self.params['quantum_ms']!r}); lower lead_ms"
-            )
-        self.alternate = param_bool(self.params, "alternate", "gang")
-        self.packing = param_bool(self.params, "packing", "gang")
-        self.mem = NodeMemory(self, "gang")
+        self.mpl = self.params["mpl"]
+        self.quantum = self.params["quantum_ms"] / 1000.0
+        self.lead = self.params["lead_ms"] / 1000.0
+        self.alternate = self.params["alternate"]
+        self.packing = self.params["packing"]
+        self.mem = NodeMemory(self)
         self.rng = random.Random(seed)
         # matrix[row][col] = job id or None
         self.matrix: list[list[str | None]] = [[None] * nodes for _ in range(self.mpl)]
+        self.row_used = [0] * self.mpl  # occupied cells per row: rows without room are skipped unread
         self.placed: dict[str, tuple[int, tuple[int, ...]]] = {}  # job -> (row, columns)
         self.queue: list[JobSpec] = []
         self.row = -1  # row of the last Dispatch
@@ -75,14 +86,18 @@ class GangGlobal(GlobalPolicy):
     # ----------------------------------------------------------------------------------------------------
     # GlobalPolicy
 
-    def pending(self) -> int:
-        return len(self.queue)
-
     def next_tick(self) -> float | None:
         return None if self.next_at is None else self.next_at - self.lead
 
-    def lead_time(self) -> float:
-        return self.lead
+    def max_jobs_per_node(self) -> int:
+        return self.mpl
+
+    def node_up(self, now: float, node: int) -> list[GlobalAction]:
+        super().node_up(now, node)
+        actions = self._place_queued()
+        if self.next_at is None and self.placed:
+            actions.append(self._dispatch(max(now + self.lead, self.last_at)))
+        return actions
 
     def submit(self, now: float, job: JobSpec) -> list[GlobalAction]:
         reason = oversize_reason(job, self.nodes) or self.mem.never_fits(job)
@@ -100,8 +115,7 @@ class GangGlobal(GlobalPolicy):
             self.queue = [j for j in self.queue if j.job_id != job_id]
         else:
             row, cols = where
-            for c in cols:
-                self.matrix[row][c] = None
+            self._set(row, cols, None)
             self.mem.release(job_id)
         actions = self._place_queued()
         if not self.placed:
@@ -125,12 +139,25 @@ class GangGlobal(GlobalPolicy):
     # ----------------------------------------------------------------------------------------------------
     # Matrix
 
+    def _set(self, row: int, cols, job_id: str | None) -> None:
+        """Puts ``job_id`` (None: nothing) in ``cols`` of ``row``."""
+        cells = self.matrix[row]
+        for c in cols:
+            self.row_used[row] += (job_id is not None) - (cells[c] is not None)
+            cells[c] = job_id
+
     def _free_cols(self, row: int) -> list[int]:
-        return [c for c, cell in enumerate(self.matrix[row]) if cell is None]
+        if self.nodes - self.row_used[row] - len(self.down) <= 0:
+            return []  # a down node's cells are empty: so many cells of the row are free, and up
+        return [c for c, cell in enumerate(self.matrix[row]) if cell is None and c not in self.down]
 
     def _fit(self, job: JobSpec) -> tuple[int, tuple[int, ...]] | None:
         size = job.size
-        usable = [self.mem.fitting(self._free_cols(r), job) for r in range(self.mpl)]
+        room = self.nodes - len(self.down)
+        usable = [
+            self.mem.fitting(self._free_cols(r), job) if room - self.row_used[r] >= size else []
+            for r in range(self.mpl)
+        ]
         if self.packing:
             for r in range(self.mpl):
                 block = contiguous_block(usable[r], size)
@@ -152,8 +179,7 @@ class GangGlobal(GlobalPolicy):
                 break  # FCFS: the head blocks the queue (also while its memory does not fit)
             job = self.queue.pop(0)
             row, cols = fit
-            for c in cols:
-                self.matrix[row][c] = job.job_id
+            self._set(row, cols, job.job_id)
             self.mem.take(job, cols)
             self.placed[job.job_id] = (row, cols)
             actions.append(Start(job.job_id, cols))
@@ -223,6 +249,8 @@ class GangGlobal(GlobalPolicy):
 class GangLocal(LocalPolicy):
     """Runs exactly the node's processes whose job the last slot allowed; nothing before the first slot."""
 
+    slot_start_keeps_latest_only = True
+
     def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
         super().__init__(node, params, seed)
         self.procs: set[Proc] = set()
@@ -243,5 +271,4 @@ class Gang(Scheduler):
     summary = "strict gang scheduling on an Ousterhout matrix (mpl rows), optional alternate scheduling"
     global_policy = GangGlobal
     local_policy = GangLocal
-    defaults = {"mpl": 3, "quantum_ms": 100.0, "alternate": True, "packing": True, "lead_ms": 25.0}
-    allocation_defaults = MEMORY_DEFAULTS
+    Params = GangParams

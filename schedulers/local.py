@@ -1,6 +1,6 @@
 """Native local scheduling (NLS): every process may run and each node's OS shares its CPU (ALGORITHMS.md
 §1, §6). The only global decision is where a job goes and whether a node already holds ``mpl``
-processes, and (memory-aware allocation, :class:`~testbed.schedulers.batch.NodeMemory`) whether the
+processes, and (memory-aware allocation, :class:`~testbed.schedulers.placement.NodeMemory`) whether the
 job's processes fit in the free memory of the nodes."""
 
 from __future__ import annotations
@@ -9,51 +9,31 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from .base import GlobalAction, JobSpec, PolicyConfigError, RunAll, Scheduler, Start
-from .batch import MEMORY_DEFAULTS, FcfsQueue, NodeMemory, param_bool
+from .base import GlobalAction, JobSpec, RunAll, Scheduler, Start
+from .params import PolicyParams, param
+from .placement import FcfsQueue, MemoryAwareParams, NodeMemory, least_loaded
 
 
-def param_mpl(params: Mapping[str, Any], scheduler: str) -> int:
-    mpl = params["mpl"]
-    if isinstance(mpl, bool) or not isinstance(mpl, int) or mpl < 1:
-        raise PolicyConfigError(
-            f"scheduler.params.mpl: {scheduler} needs a whole number of processes per node >= 1, got {mpl!r}"
-        )
-    return mpl
+class NlsParams(PolicyParams):
+    """Native local scheduling's allocation, shared by local and the coscheduling family."""
 
-
-def least_loaded(load: list[int], eligible: list[int], size: int) -> tuple[int, ...]:
-    """The ``size`` least-loaded eligible nodes (ties: lowest index); a contiguous block of nodes with the
-    same total load is preferred, the lowest such block first."""
-    ranked = sorted(eligible, key=lambda n: (load[n], n))
-    best = ranked[:size]
-    target = sum(load[n] for n in best)
-    ok = set(eligible)
-    # Sliding window over node numbers: total load and count of ineligible nodes in the window.
-    window_load = 0
-    blocked = 0
-    for last in range(len(load)):
-        window_load += load[last]
-        blocked += last not in ok
-        first = last - size + 1
-        if first > 0:
-            window_load -= load[first - 1]
-            blocked -= (first - 1) not in ok
-        if first >= 0 and blocked == 0 and window_load == target:
-            return tuple(range(first, last + 1))
-    return tuple(sorted(best))
+    mpl: int = param(3, "most processes per node", noun="a whole number of processes per node", ge=1)
+    packing: bool = param(True, "least-loaded nodes, a contiguous block first (false: random nodes)")
 
 
 class LocalGlobal(FcfsQueue):
     def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
         super().__init__(nodes, params, seed)
-        self.mpl = param_mpl(self.params, "local")
-        self.packing = param_bool(self.params, "packing", "local")
-        self.mem = NodeMemory(self, "local")
+        self.mpl = self.params["mpl"]
+        self.packing = self.params["packing"]
+        self.mem = NodeMemory(self)
         self.rng = random.Random(seed)
         self.load = [0] * nodes
         self.queue: list[JobSpec] = []
         self.placed: dict[str, tuple[int, ...]] = {}
+
+    def max_jobs_per_node(self) -> int:
+        return self.mpl
 
     def finished(self, now: float, job_id: str) -> list[GlobalAction]:
         nodes = self.placed.pop(job_id, None)
@@ -69,7 +49,11 @@ class LocalGlobal(FcfsQueue):
         actions: list[GlobalAction] = []
         while self.queue:
             job = self.queue[0]
-            eligible = [n for n in range(self.nodes) if self.load[n] < self.mpl and self.mem.fits(n, job)]
+            eligible = [
+                n
+                for n in range(self.nodes)
+                if self.load[n] < self.mpl and n not in self.down and self.mem.fits(n, job)
+            ]
             if len(eligible) < job.size:
                 break  # FCFS: the head blocks the queue (also while its memory does not fit)
             if self.packing:
@@ -85,10 +69,13 @@ class LocalGlobal(FcfsQueue):
         return actions
 
 
+class LocalParams(NlsParams, MemoryAwareParams):
+    pass
+
+
 class Local(Scheduler):
     name = "local"
     summary = "native local scheduling: up to mpl processes per node, the OS shares each CPU"
     global_policy = LocalGlobal
     local_policy = RunAll
-    defaults = {"mpl": 3, "packing": True}
-    allocation_defaults = MEMORY_DEFAULTS
+    Params = LocalParams

@@ -40,33 +40,22 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from .base import GlobalAction, JobSpec, PolicyConfigError, Reject, Scheduler
-from .batch import MEMORY_DEFAULTS
-from .gang import GangGlobal, GangLocal
+from .base import GlobalAction, JobSpec, Reject, Scheduler
+from .gang import GangGlobal, GangLocal, GangParams
+from .params import param
 
 #: (5 - i) / 10 for i = 1..4: the weights of the last four quanta, most recent first.
 WEIGHTS = (0.4, 0.3, 0.2, 0.1)
 #: A new job's postulated utilisation.
 NEW_JOB_UTIL = 1.0
-MATCHINGS = ("fair", "best-fit")
 
 
 def predict(history: Iterable[float]) -> float:
     """Paper 002, eq. 1: the weighted sum of the last four per-quantum utilisations, most recent first."""
     # (5 - i) * t summed, then / 10: exact for equal quanta (1.0 stays 1.0).
     return sum((5 - i) * t for i, t in enumerate(history, start=1) if i <= len(WEIGHTS)) / 10
-
-
-def _param_pct(params: Mapping[str, Any], name: str, low_open: bool, high: float) -> float:
-    """A percentage in [0, high] (``low_open``: above 0), as a fraction."""
-    value = params[name]
-    bad = isinstance(value, bool) or not isinstance(value, (int, float))
-    if bad or not (value > 0 if low_open else value >= 0) or value > high:
-        bounds = f"{'> 0' if low_open else '>= 0'} and <= {high:g}"
-        raise PolicyConfigError(f"scheduler.params.{name}: paired needs a percentage {bounds}, got {value!r}")
-    return float(value) / 100.0
 
 
 class JobUsage:
@@ -91,14 +80,10 @@ class PairedGlobal(GangGlobal):
 
     def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
         super().__init__(nodes, params, seed)
-        self.margin = _param_pct(self.params, "margin_pct", low_open=False, high=100.0)
-        self.band = _param_pct(self.params, "band_pct", low_open=True, high=100.0)
-        self.sharp = _param_pct(self.params, "sharp_change_pct", low_open=False, high=100.0)
+        self.margin = self.params["margin_pct"] / 100.0
+        self.band = self.params["band_pct"] / 100.0
+        self.sharp = self.params["sharp_change_pct"] / 100.0
         self.matching = self.params["matching"]
-        if self.matching not in MATCHINGS:
-            raise PolicyConfigError(
-                f"scheduler.params.matching: paired needs {' or '.join(MATCHINGS)}, got {self.matching!r}"
-            )
         self.usage: dict[str, JobUsage] = {}
         self.partners: dict[int, int] = {}  # fair matching of this round: row -> partner row
         self.round = -1
@@ -191,9 +176,8 @@ class PairedGlobal(GangGlobal):
         target = (same or new or [None])[0]
         if target is None:
             return  # no room: it stays (the matrix has mpl rows)
-        for c in cols:
-            self.matrix[row][c] = None
-            self.matrix[target][c] = job_id
+        self._set(row, cols, None)
+        self._set(target, cols, job_id)
         self.placed[job_id] = (target, cols)
         self.moves += 1
 
@@ -277,20 +261,36 @@ class PairedGlobal(GangGlobal):
         return (row,) if self.last_partner is None else (row, self.last_partner)
 
 
+class PairedParams(GangParams):
+    margin_pct: float = param(
+        1.0,
+        "two slots share a quantum if their predicted CPU uses plus this margin sum to under 100 %",
+        noun="a percentage",
+        ge=0,
+        le=100,
+    )
+    band_pct: float = param(
+        20.0,
+        "slot homogeneity: a job this far above the lowest prediction of its slot moves to another slot",
+        noun="a percentage",
+        gt=0,
+        le=100,
+    )
+    sharp_change_pct: float = param(
+        20.0,
+        "a job whose measured CPU use changes by more than this runs its next quantum alone",
+        noun="a percentage",
+        ge=0,
+        le=100,
+    )
+    matching: Literal["fair", "best-fit"] = param(
+        "fair", "fair: partners matched once per round; best-fit: the fullest partner at every switch"
+    )
+
+
 class Paired(Scheduler):
     name = "paired"
     summary = "paired gang: gang matrix whose slots share a quantum when their predicted CPU use fits"
     global_policy = PairedGlobal
     local_policy = GangLocal
-    defaults = {
-        "mpl": 3,
-        "quantum_ms": 100.0,
-        "alternate": True,
-        "packing": True,
-        "lead_ms": 25.0,
-        "margin_pct": 1.0,
-        "band_pct": 20.0,
-        "sharp_change_pct": 20.0,
-        "matching": "fair",
-    }
-    allocation_defaults = MEMORY_DEFAULTS
+    Params = PairedParams

@@ -93,8 +93,8 @@ class AgentHost:
         notify = None
         if coordinator is not None:
 
-            def notify(kind, payload, _h=coordinator):
-                _h.on_node_event.remote(kind, payload)
+            def notify(msg, _h=coordinator):
+                _h.on_node_event.remote(msg)
 
         for a in self.agents.values():
             a.set_run(t0, notify)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from testbed.mechanism.envelope import make_envelope
 from testbed.mechanism.forkserver import ForkServer
 from testbed.mechanism.priority import raise_process_nice, raise_thread_priority
 from testbed.mechanism.process import BaseWorker
+from testbed.messages import NodeError, ProcExit, QuantumUsage, SlotSwitches
 from testbed.nic import Nic
 from testbed.schedulers import registry
 from testbed.schedulers.base import (
@@ -37,15 +39,18 @@ from testbed.schedulers.base import (
     ProcExited,
     SlotStart,
     Timer,
-    UtilizationSample,
 )
 
 #: How often (emulated s) live processes' CPU time is sampled when nothing else samples it.
 SAMPLE_PERIOD_S = 1.0
 #: Imported by the node's fork server at start, so that no rank pays for them (testbed.mechanism.forkserver).
-WORKER_MODULES = ("testbed.apps.synthetic", "testbed.apps.probe")
+WORKER_MODULES = ("testbed.apps.worker", "testbed.apps.synthetic", "testbed.apps.probe")
 #: Python's default (5 ms) lets a busy thread keep the GIL for 5 ms after the timer thread asks for it.
 GIL_SWITCH_INTERVAL_S = 0.0005
+
+
+class NodeDownError(RuntimeError):
+    """The node is down (a scripted fault): it starts no process until it is up again."""
 
 
 @dataclass
@@ -78,6 +83,7 @@ class _ProcState:
     cpu_at_switch: float = 0.0  # per-quantum baseline, apart from the periodic sampler's
     t_at_switch: float = 0.0
     log: str = ""
+    attempt: int = 1  # which start of its job (a requeued job starts again)
 
 
 def _stderr_tail(path: str, limit: int = 400) -> str:
@@ -107,12 +113,12 @@ class NodeAgent:
         self.events = ev.EventWriter(self.run_dir / "events" / f"node{self.node}.jsonl", f"node{self.node}")
         self.sched = registry.get(self.cfg.scheduler)
         self.policy = self.sched.make_local(self.node, self.cfg.params, self.cfg.seed)
-        self.wants_util = getattr(self.policy, "wants_utilization", False)
         # Paired gang predicts from each process's CPU use per quantum: report it to the coordinator.
         self.report_quanta = getattr(self.sched.global_policy, "wants_utilization", False)
         self.procs: dict[Proc, _ProcState] = {}
         self.exits: list[dict] = []
-        self.notify: Callable[[str, dict], Any] | None = None
+        self.notify: Callable[[Any], Any] | None = None  # reports to the coordinator (testbed/messages.py)
+        self.down: str | None = None  # why the node is down (a scripted fault), or None
         self.switches = 0
         self.closed = False
         self._wakeup = None
@@ -127,6 +133,10 @@ class NodeAgent:
         sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
         process_nice = raise_process_nice()
         self.lt = LoopThread(f"node{self.node}", on_start=raise_thread_priority)
+        # An exception in a loop callback (the local policy's, or the agent's own) would only be logged by
+        # asyncio: it is reported to the coordinator, which ends the run with it.
+        self.error: str | None = None
+        self.lt.loop.set_exception_handler(self._loop_error)
         self.priority = f"{self.lt.start_result}; other threads {process_nice}"
         self.envelope = make_envelope(
             self.cfg.envelope,
@@ -183,8 +193,9 @@ class NodeAgent:
     def ping(self) -> int:
         return self.node
 
-    def set_run(self, t0: float, notify: Callable[[str, dict], Any] | None = None) -> None:
-        """Fixes the run's clock; ``notify(kind, payload)`` reports process exits."""
+    def set_run(self, t0: float, notify: Callable[[Any], Any] | None = None) -> None:
+        """Fixes the run's clock; ``notify(message)`` reports to the coordinator (process exits, CPU per
+        quantum, switch times: testbed/messages.py)."""
 
         def _set():
             self.clock = Clock(self.cfg.tdf, t0)
@@ -236,11 +247,25 @@ class NodeAgent:
         if self.metrics is not None:
             self.metrics.rate_error.set(result["error"])
 
-    def start_proc(self, job_id: str, rank: int, size: int, nics: list[str], app: dict) -> int:
-        self._job_class[job_id] = app.get("job_class")
+    def start_proc(
+        self,
+        job_id: str,
+        rank: int,
+        argv: list[str],
+        env: dict[str, str],
+        job_class: str | None = None,
+        attempt: int = 1,
+    ) -> int:
+        """Starts rank ``rank`` of ``job_id``'s start number ``attempt``: ``argv`` with the job's ``env``
+        on top of the node's own (testbed.jobs.Job.launch says what the job's part holds). What is left
+        here of an earlier start of the job's rank is killed first. Refused while the node is down."""
+        if self.down is not None:
+            raise NodeDownError(f"node {self.node} is down ({self.down})")
+        self._job_class[job_id] = job_class
         # Built here, not on the loop thread: it reads only what is fixed for the run, and a rank's start
         # waits for every hop between threads.
-        argv, env, base = self._proc_command(job_id, rank, size, nics, app)
+        env = self._env(env)
+        base = self.run_dir / "logs" / f"{job_id}.{rank}"
         worker = self.spawner.submit(
             self.forkserver.spawn, argv, env=env, cwd=str(self.run_dir), stdout=f"{base}.out",
             stderr=f"{base}.err",
@@ -249,14 +274,27 @@ class NodeAgent:
             worker.kill()
             worker.close()
             raise RuntimeError(f"node {self.node} is shutting down")
-        return self.lt.call(self._register, Proc(job_id, rank), worker, f"{base}.err", timeout=30)
+        return self.lt.call(self._register, Proc(job_id, rank), worker, f"{base}.err", attempt, timeout=30)
 
     def dispatch(self, at: float, slot: int, allowed: list[str]) -> None:
         received = time.monotonic()
         self.lt.loop.call_soon_threadsafe(self._arm_switch, at, slot, frozenset(allowed), received)
 
-    def kill_job(self, job_id: str, reason: str) -> int:
-        return self.lt.call(self._kill_job, job_id, reason)
+    def kill_job(self, job_id: str, reason: str, attempt: int | None = None) -> int:
+        """Kills the job's processes here (those of start ``attempt`` or earlier: a later start is not
+        the one the caller meant)."""
+        return self.lt.call(self._kill_job, job_id, reason, attempt)
+
+    def set_down(self, down: bool, reason: str = "") -> int:
+        """A scripted node fault: down kills every process of the node and refuses new ones until the node
+        is set up again. Returns the processes killed."""
+
+        def _set():
+            self.down = reason or "down" if down else None
+            self.events.emit(ev.NODE_DOWN if down else ev.NODE_UP, node=self.node, reason=reason)
+            return self._kill_all(f"node {self.node} went down ({reason})", keep_timers=True) if down else 0
+
+        return self.lt.call(_set)
 
     def stats(self) -> dict:
         return self.lt.call(self._stats)
@@ -334,44 +372,13 @@ class NodeAgent:
         env.update(extra)
         return env
 
-    def _proc_command(self, job_id: str, rank: int, size: int, nics: list[str], app: dict):
-        argv = [
-            sys.executable, "-m", "testbed.apps.synthetic",
-            "--iterations", str(app["iterations"]),
-            "--gcomp", repr(float(app["gcomp"])),
-            "--gio", str(app["gio"]),
-            "--io-bytes", str(app["io_bytes"]),
-            "--io-time-ms", repr(float(app["io_time_ms"])),
-            "--wait-mode", app["wait_mode"],
-            "--spin-us", repr(float(app["spin_time_us"])),
-        ]  # fmt: skip
-        if not app.get("barrier", True):
-            argv.append("--no-barrier")
-        # Paper-000 patterns and memory: flags only when not the default, so older command lines stay.
-        if app.get("pattern", "barrier") != "barrier":
-            argv += ["--pattern", app["pattern"]]
-        if app.get("msg_bytes", 0):
-            argv += ["--msg-bytes", str(app["msg_bytes"])]
-        if app.get("msgs", 1) != 1:
-            argv += ["--msgs", str(app["msgs"])]
-        if app.get("memory_mb", 0):
-            argv += ["--memory-mb", repr(float(app["memory_mb"]))]
-        env = self._env(
-            {
-                "TB_JOB": job_id,
-                "TB_RANK": str(rank),
-                "TB_SIZE": str(size),
-                "TB_NICS": ",".join(nics),
-                "TB_WAIT_MODE": app["wait_mode"],
-                "TB_SPIN_US": repr(float(app["spin_time_us"])),
-                "TB_SEND_WAIT": app.get("send_wait", "none"),
-            }
-        )
-        return argv, env, self.run_dir / "logs" / f"{job_id}.{rank}"
-
-    def _register(self, proc: Proc, worker: BaseWorker, log: str) -> int:
+    def _register(self, proc: Proc, worker: BaseWorker, log: str, attempt: int = 1) -> int:
+        if proc in self.procs:  # an earlier start of this rank, not killed yet: this one replaces it
+            self._on_exit(proc, killed=f"replaced by start {attempt} of its job")
         now = self.clock.now()
-        st = _ProcState(proc, worker, running=True, t_at_sample=now, t_at_switch=now, log=log)
+        st = _ProcState(
+            proc, worker, running=True, t_at_sample=now, t_at_switch=now, log=log, attempt=attempt
+        )
         self.procs[proc] = st
         self.lt.loop.add_reader(worker.exit_fd, self._on_exit, proc)
         self.events.emit(
@@ -402,8 +409,13 @@ class NodeAgent:
             )
             if code < 0 and "signal" not in reason:
                 reason = f"killed by signal {-code}; last output: {reason}"
+        if not self.closed:  # at shutdown the envelope's destroy kills everything left in it
+            try:
+                self.spawner.submit(self._kill_leftovers, proc)
+            except RuntimeError:
+                pass  # the spawner is shutting down: the same
         rec = {"job": proc.job_id, "rank": proc.rank, "node": self.node, "code": code, "cpu_s": cpu,
-               "reason": reason}  # fmt: skip
+               "reason": reason, "attempt": st.attempt}  # fmt: skip
         self.events.emit(ev.PROC_EXITED, t=now, **rec)
         self.exits.append(rec)
         self._apply(self._decide(now, ProcExited(proc)))
@@ -412,7 +424,30 @@ class NodeAgent:
         if not any(p.job_id == proc.job_id for p in self.procs):
             self.nic.drop_job(proc.job_id)  # frees messages nobody will consume
         if self.notify is not None:
-            self.notify("proc_exited", rec)
+            self.notify(ProcExit(**rec))
+
+    def _kill_leftovers(self, proc: Proc) -> None:
+        """Kills what a worker left behind on this node (children it forked, which outlive it as orphans
+        and would go on using the node's CPU for the rest of the run). Runs on the spawner thread: finding
+        them reads /proc, which the loop's timers must not wait for."""
+        from testbed.janitor import RUN_ID_ENV, processes_with
+
+        mark = {RUN_ID_ENV: self.cfg.run_id, "TB_NODE": str(self.node), "TB_JOB": proc.job_id,
+                "TB_RANK": str(proc.rank)}  # fmt: skip
+        candidates = self.envelope.pids() if self.envelope.fixes_rate else None
+        left = processes_with(mark, candidates)
+        for pid in left:
+            for sig in (signal.SIGKILL, signal.SIGCONT):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    break
+        if left:
+            self.lt.loop.call_soon_threadsafe(
+                lambda: self.events.emit(
+                    ev.RUN_INFO, node=self.node, job=proc.job_id, rank=proc.rank, leftovers_killed=left
+                )
+            )
 
     def _apply(self, decision: LocalDecision) -> float | None:
         """Brings the processes in line with a decision; returns when the change took effect
@@ -489,21 +524,16 @@ class NodeAgent:
         if samples and self.report_quanta:
             self.events.emit(ev.QUANTUM_CPU, t=now, node=self.node, samples=samples)
             if self.notify is not None:
-                self.notify("utilization", {"node": self.node, "samples": samples})
+                self.notify(QuantumUsage(self.node, tuple(samples)))
 
-    def _sample(self, emit: bool) -> None:
+    def _sample(self) -> None:
         now = self.clock.now()
         for p, st in list(self.procs.items()):
             try:
                 cpu = st.worker.cpu_time_s()
             except (OSError, ValueError):
                 continue
-            dt = now - st.t_at_sample
-            if emit:
-                self.events.emit(ev.PROC_CPU, t=now, node=self.node, job=p.job_id, rank=p.rank, cpu_s=cpu)
-            if self.wants_util and dt > 0:
-                util = (cpu - st.cpu_at_sample) / (dt * self.cfg.cpu_rate * self.cfg.cores)
-                self._apply(self._decide(now, UtilizationSample(p, util, dt)))
+            self.events.emit(ev.PROC_CPU, t=now, node=self.node, job=p.job_id, rank=p.rank, cpu_s=cpu)
             st.cpu_at_sample, st.t_at_sample = cpu, now
 
     def _schedule_sample(self) -> None:
@@ -511,25 +541,31 @@ class NodeAgent:
             self._sampler.cancel()
 
         def tick():
-            self._sample(emit=True)
+            self._sample()
             self._sampler = self.lt.loop.call_later(self.clock.real(SAMPLE_PERIOD_S), tick)
 
         self._sampler = self.lt.loop.call_later(self.clock.real(SAMPLE_PERIOD_S), tick)
 
-    def _kill_job(self, job_id: str, reason: str) -> int:
+    def _kill_job(self, job_id: str, reason: str, attempt: int | None = None) -> int:
         n = 0
-        for p in [p for p in self.procs if p.job_id == job_id]:
+        doomed = [
+            p
+            for p, st in self.procs.items()
+            if p.job_id == job_id and (attempt is None or st.attempt <= attempt)
+        ]
+        for p in doomed:
             self._on_exit(p, killed=reason)
             n += 1
         if n:
             self.events.emit(ev.RUN_INFO, node=self.node, killed_job=job_id, reason=reason, processes=n)
         return n
 
-    def _kill_all(self, reason: str) -> int:
-        if self._sampler is not None:
-            self._sampler.cancel()
-        if self._metrics_timer is not None:
-            self._metrics_timer.cancel()
+    def _kill_all(self, reason: str, keep_timers: bool = False) -> int:
+        if not keep_timers:
+            if self._sampler is not None:
+                self._sampler.cancel()
+            if self._metrics_timer is not None:
+                self._metrics_timer.cancel()
         procs = list(self.procs)
         for p in procs:
             self._on_exit(p, killed=reason)
@@ -567,12 +603,41 @@ class NodeAgent:
         )
 
     def _decide(self, now: float, event) -> LocalDecision:
-        if self.metrics is None:
-            return self.policy.on_event(now, event)
-        t = time.perf_counter()
-        decision = self.policy.on_event(now, event)
-        self._decisions.append(time.perf_counter() - t)
-        return decision
+        try:
+            if self.metrics is None:
+                return self.policy.on_event(now, event)
+            t = time.perf_counter()
+            decision = self.policy.on_event(now, event)
+            self._decisions.append(time.perf_counter() - t)
+            return decision
+        except Exception as exc:
+            # Some callers run inside lt.call (the exception goes back to the caller, not to the loop's
+            # handler): report here, wherever it was called from.
+            self._report_error(
+                f"node {self.node} ({self.cfg.scheduler} local policy, on {type(event).__name__}): "
+                f"{ev.describe_error(exc)}",
+                exc,
+            )
+            raise
+
+    def _loop_error(self, loop, context: dict) -> None:
+        exc = context.get("exception")
+        if exc is None:
+            self._report_error(f"node {self.node}: {context.get('message', 'error in the event loop')}")
+        else:
+            self._report_error(f"node {self.node}: {ev.describe_error(exc)}", exc)
+
+    def _report_error(self, error: str, exc: BaseException | None = None) -> None:
+        """Records the node's first error and tells the coordinator, which ends the run with it."""
+        if self.error is not None:
+            return
+        import traceback
+
+        self.error = error
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)) if exc else None
+        self.events.emit(ev.RUN_ERROR, node=self.node, error=error, traceback=tb)
+        if self.notify is not None:
+            self.notify(NodeError(self.node, error, tb))
 
     def _schedule_metrics(self) -> None:
         if self.metrics is None:
@@ -613,7 +678,7 @@ class NodeAgent:
         if self._switch_batch:
             batch, self._switch_batch = self._switch_batch, []
             if self.notify is not None:
-                self.notify("switches", {"node": self.node, "switches": batch})
+                self.notify(SlotSwitches(self.node, tuple(batch)))
 
     def _stats(self) -> dict:
         return {

@@ -29,8 +29,32 @@ def _load(scenario: Path, overrides: list[str] | None):
     try:
         return load(scenario, overrides or [])
     except ScenarioError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        _fail(str(exc), EXIT_BAD_INPUT)
+
+
+#: Exit statuses of `testbed run`: 0 every job ended as the scenario planned; 1 an error ended the run (a
+#: policy raised); 2 bad input, or a host that cannot run it (nothing was run, or Ray could not start);
+#: 3 some job did not end as planned (failed by an error, or killed by anything but duration_s);
+#: 130 interrupted.
+EXIT_RUN_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_JOBS_FAILED = 3
+EXIT_INTERRUPTED = 130
+
+
+def _fail(message: str, code: int):
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _preflight(scn, backend: str, out_dir: Path | None, force: bool) -> list[str]:
+    """runner.preflight, its refusal as one line and exit 2."""
+    from testbed import runner
+
+    try:
+        return runner.preflight(scn, backend, out_dir, force)
+    except runner.PreflightError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
 
 
 @app.command()
@@ -44,8 +68,12 @@ def run(
         typer.Option("--set", help="override a field: --set scheduler.name=batch (repeatable)"),
     ] = None,
     out_dir: Annotated[
-        Path | None, typer.Option("--out", help="results folder (default: results/NAME-...)")
+        Path | None,
+        typer.Option("--out", help="results folder, new or empty (default: a new results/NAME-...)"),
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="replace the results folder --out names if it holds a run")
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bar")] = False,
     prometheus: Annotated[
         bool,
@@ -54,26 +82,27 @@ def run(
         ),
     ] = False,
 ) -> None:
-    """Run a scenario and write a results folder (events.jsonl, jobs.csv, summary.json)."""
+    """Run a scenario and write a results folder (events.jsonl, jobs.csv, summary.json).
+
+    Exit status: 0 every job ended as planned; 1 an error ended the run; 2 bad input (nothing run) or
+    Ray could not start; 3 some job failed or was killed; 130 interrupted."""
     from testbed import results, runner
 
     if prometheus:
         from testbed.monitoring.prometheus import INSTALL_HINT, binary
 
         if binary() is None:
-            err.print(f"[red]error:[/red] --prometheus: {INSTALL_HINT}", highlight=False)
-            raise typer.Exit(2)
+            _fail(f"--prometheus: {INSTALL_HINT}", EXIT_BAD_INPUT)
         set_ = [*(set_ or []), "monitoring.enabled=true"]
     scn = _load(scenario, set_)
     if backend not in runner.BACKENDS:
-        err.print(
-            f"[red]error:[/red] --backend: unknown backend '{backend}'; known: {', '.join(runner.BACKENDS)}"
-        )
-        raise typer.Exit(2)
+        _fail(f"--backend: unknown backend '{backend}'; known: {', '.join(runner.BACKENDS)}", EXIT_BAD_INPUT)
     if prometheus and backend != "ray":
-        err.print("[red]error:[/red] --prometheus: the simulator has no exporters; use --backend ray")
-        raise typer.Exit(2)
-    dest = out_dir or runner.default_out(scn, backend)
+        _fail("--prometheus: the simulator has no exporters; use --backend ray", EXIT_BAD_INPUT)
+    for note in _preflight(scn, backend, out_dir, force):
+        err.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+    # Only now, with every check passed, does a results folder appear.
+    dest = runner.claim_out(out_dir, force) if out_dir is not None else runner.new_out(scn, backend)
     signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -118,7 +147,22 @@ def run(
                 f"[yellow]interrupted[/yellow]: the comparison of what finished: {dest / 'comparison.csv'}"
             )
         err.print(f"[yellow]interrupted[/yellow]: cleaned up; partial results in {dest}")
-        raise typer.Exit(130) from None
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except runner.RunFailed as exc:
+        out.print(f"results: {dest}", highlight=False)
+        _fail(
+            str(exc) if exc.exit_code == EXIT_BAD_INPUT else f"the run ended with an error: {exc}",
+            exc.exit_code,
+        )
+    except runner.PreflightError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except Exception as exc:  # noqa: BLE001 - a bug of ours: one line here, the traceback in the folder
+        import traceback
+
+        (dest / "error.txt").write_text(traceback.format_exc())
+        from testbed.events import describe_error
+
+        _fail(f"internal error: {describe_error(exc)} (traceback in {dest / 'error.txt'})", EXIT_RUN_FAILED)
     if scn.sweep:
         from testbed import sweep
 
@@ -141,11 +185,6 @@ def run(
     _exit_on([results.unplanned_line(b) for s in summaries for b in s.get("jobs_not_as_planned") or ()])
 
 
-#: Exit status of a run in which some job did not end as the scenario planned (failed by an error, or
-#: killed by anything but the scenario's duration).
-EXIT_JOBS_FAILED = 3
-
-
 def _exit_on(problems: list[str]) -> None:
     """Exit 3 with one line per job (or variant) that did not end as planned; nothing when all did."""
     if not problems:
@@ -155,26 +194,100 @@ def _exit_on(problems: list[str]) -> None:
     raise typer.Exit(EXIT_JOBS_FAILED)
 
 
+@app.command("results")
+def results_cmd(
+    run_dir: Annotated[
+        Path, typer.Argument(help="results folder of a run (or of its repetitions or variants)")
+    ],
+) -> None:
+    """Rebuild jobs.csv and summary.json from a run's events: any run, real or simulated, including one
+    whose driver was killed (its events/*.jsonl are merged into events.jsonl first)."""
+    from testbed import results
+
+    if not run_dir.is_dir():
+        _fail(f"{run_dir}: no such folder; give a run's results folder", EXIT_BAD_INPUT)
+    runs = results.run_folders(run_dir)
+    if not runs:
+        _fail(f"{run_dir}: holds no run (no events.jsonl or events/*.jsonl below it)", EXIT_BAD_INPUT)
+    summaries = []
+    for d in runs:
+        try:
+            summaries.append(results.rebuild(d))
+        except (results.ResultsError, OSError) as exc:
+            _fail(str(exc), EXIT_BAD_INPUT)
+        out.print(f"rebuilt: {d / 'jobs.csv'}, {d / 'summary.json'}", highlight=False)
+    out.print(results.table(summaries, title=f"{run_dir}"))
+    for d, s in zip(runs, summaries, strict=True):
+        where = "" if d == run_dir else f"{d.relative_to(run_dir)}: "
+        out.print(f"{where}ended: {s.get('ended')}", highlight=False)
+        if s.get("error"):
+            err.print(f"[red]error:[/red] {where}the run ended with an error: {s['error']}", highlight=False)
+    _exit_on([results.unplanned_line(b) for s in summaries for b in s.get("jobs_not_as_planned") or ()])
+
+
 @app.command()
-def schedulers() -> None:
-    """List the registered scheduling policies."""
+def schedulers(
+    name: Annotated[str | None, typer.Argument(help="one scheduler: each parameter in detail")] = None,
+) -> None:
+    """List the registered scheduling policies, or one policy's parameters."""
     from testbed.schedulers import registry
 
+    if name is not None:
+        _scheduler_detail(name)
+        return
     for sched in registry.all_schedulers():
         params = ", ".join(f"{k}={v}" for k, v in sched.all_defaults().items())
         out.print(f"[bold]{sched.name:<10}[/bold] {sched.summary}  [dim]({params})[/dim]", highlight=False)
+    out.print("[dim]testbed schedulers NAME: what each parameter means and accepts[/dim]", highlight=False)
+
+
+def _scheduler_detail(name: str) -> None:
+    from testbed.schedulers import registry
+    from testbed.schedulers.params import describe
+
+    try:
+        sched = registry.get(name)
+    except registry.UnknownScheduler as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    out.print(f"[bold]{sched.name}[/bold]: {sched.summary}", highlight=False, soft_wrap=True)
+    rows = [("parameter", "default", "accepts", "meaning"), *describe(sched.Params)]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for i, row in enumerate(rows):  # one line per parameter, however narrow the terminal: people grep them
+        line = "  ".join([*(row[c].ljust(widths[c]) for c in range(3)), row[3]])
+        out.print(f"  [bold]{line}[/bold]" if i == 0 else f"  {line}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def apps() -> None:
+    """List the registered program kinds (a job's `app: {kind: ...}`) and their fields."""
+    from testbed.apps import registry as kinds
+
+    for kind in kinds.all_kinds():
+        units = ", ".join(kind.reports.units) or "-"
+        line = f"[bold]{kind.name:<10}[/bold] {kind.summary}  [dim](reports: {units})[/dim]"
+        out.print(line, highlight=False)
+        for name, (default, help_) in kind.fields().items():
+            out.print(f"    {name:<14} {default!r:<10} {help_}", highlight=False)
 
 
 @app.command()
 def validate(
     scenario: Path,
     set_: Annotated[list[str] | None, typer.Option("--set")] = None,
+    backend: Annotated[str, typer.Option(help="the backend it would run on")] = "ray",
+    out_dir: Annotated[Path | None, typer.Option("--out", help="the results folder it would use")] = None,
+    force: Annotated[bool, typer.Option("--force", help="as testbed run --force")] = False,
 ) -> None:
-    """Check a scenario file and print it with every default filled in."""
+    """Check a scenario file, and everything `testbed run` checks before starting (parameter values, the
+    envelope, the CFS quota, the results folder); print the scenario with every default filled in."""
     import yaml
 
     scn = _load(scenario, set_)
+    notes = _preflight(scn, backend, out_dir, force)
     out.print(yaml.safe_dump(scn.model_dump(mode="json"), sort_keys=False), highlight=False)
+    for note in notes:
+        out.print(f"note: {note}", highlight=False)
     if scn.sweep:
         from testbed import sweep
 

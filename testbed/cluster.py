@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -34,6 +37,22 @@ PROBE_START_DELAY_S = 0.5
 CLOCK_START_DELAY_S = 0.3
 
 
+class RayStartError(RuntimeError):
+    """Ray could not start here; the message is one line with Ray's own reason."""
+
+
+def root_cause(exc: BaseException) -> str:
+    """One line for an exception that may come out of Ray: Ray wraps an actor's error in its own, with the
+    original traceback in the text; the innermost ``SomeError: message`` line is what the user needs."""
+    text = str(exc)
+    for line in reversed(text.splitlines()):
+        m = re.match(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception|Unavailable|Exit)\w*): (.+)$", line)
+        if m:
+            return f"{m.group(1)}: {m.group(2).strip()}"
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
@@ -45,17 +64,20 @@ def run_ray(
     tdf: float,
     on_status: Callable[[dict], None] | None = None,
     on_phase: Callable[[str], None] | None = None,
+    facts: dict | None = None,
 ) -> dict:
-    """Runs one repetition on real processes. Returns facts for the summary; events are merged into
-    ``run_dir/events.jsonl`` whatever happens."""
+    """Runs one repetition on real processes. Returns facts for the summary (filled into ``facts`` as it
+    goes, so that they survive an exception: ``ended``, and ``error`` when an error in a policy or an
+    agent ended the run); events are merged into ``run_dir/events.jsonl`` whatever happens."""
     import ray
 
-    from testbed.janitor import cleanup_run, start_janitor
+    from testbed.janitor import RUN_ID_ENV, cleanup_run, start_janitor
 
     report = on_phase or (lambda s: None)
     run_id = new_run_id()
     t_begin = time.monotonic()
-    facts: dict = {"run_id": run_id, "phases_s": {}}
+    facts = {} if facts is None else facts
+    facts.update({"run_id": run_id, "phases_s": {}})
     marks = [("begin", t_begin)]
 
     def phase(text: str) -> None:
@@ -68,10 +90,17 @@ def run_ray(
     # The control plane (Ray, agents, fork servers: this session) must not weigh less than the nodes.
     # Put back at the end, or by the janitor if this process is killed.
     facts["session_priority"], old_nice = raise_session_group()
-    janitor = start_janitor(run_id, [os.getpid()], session_nice=(os.getsid(0), old_nice))
+    janitor = start_janitor(
+        run_id, [os.getpid()], run_dir=str(run_dir), session_nice=(os.getsid(0), old_nice)
+    )
     hosts: list = []
     coordinator = None
     ended = "error"
+    # Every process Ray starts for this run (gcs_server, raylet, its agents, the actor workers) inherits
+    # the run's mark, so the janitor finds and kills them too if this driver is killed: left alone they
+    # linger 30-60 s. This process's own /proc environ is its start-up one: the janitor never sees it.
+    marked_before = os.environ.get(RUN_ID_ENV)
+    os.environ[RUN_ID_ENV] = run_id
     try:
         phase("starting Ray")
         # Ray starts at most num_cpus worker processes at a time (2 here), which serialises the start of
@@ -81,13 +110,25 @@ def run_ray(
         groups = [list(range(i, min(i + per, c.nodes))) for i in range(0, c.nodes, per)]
         os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(len(groups) + 1))
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-        ray.init(
-            include_dashboard=False,
-            logging_level=logging.ERROR,
-            log_to_driver=False,
-            configure_logging=True,
-            namespace=f"testbed-{run_id}",
-        )
+        # ray.init installs its own SIGTERM handler in this process (it dumps the stack and aborts, so no
+        # teardown would run): the caller's handler (the CLI's: SIGTERM = Ctrl-C) is put back after it.
+        on_term = signal.getsignal(signal.SIGTERM)
+        try:
+            ray.init(
+                # Always a fresh local instance: an exported RAY_ADDRESS would attach this run to another
+                # cluster, or retry a dead address for minutes with Ctrl-C unable to stop it.
+                address="local",
+                include_dashboard=False,
+                logging_level=logging.ERROR,
+                log_to_driver=False,
+                configure_logging=True,
+                namespace=f"testbed-{run_id}",
+            )
+        except Exception as exc:  # noqa: BLE001 - any way Ray fails to start is one line for the user
+            raise RayStartError(f"Ray failed to start: {root_cause(exc)}") from exc
+        finally:
+            if on_term is not None and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, on_term)
         # Calls that block (a rank's start, a probe, a kill) run on the actor's threads: some per node.
         Host = ray.remote(num_cpus=0, max_concurrency=4 + 4 * per)(AgentHost)
         Coord = ray.remote(num_cpus=0, max_concurrency=8)(CoordinatorActor)
@@ -115,7 +156,10 @@ def run_ray(
         for g in groups:
             name = f"node{g[0]}" if len(g) == 1 else f"nodes{g[0]}-{g[-1]}"
             hosts.append(Host.options(name=name).remote([cfgs[n] for n in g]))
-        infos = [i for batch in ray.get([h.info.remote() for h in hosts]) for i in batch]
+        try:
+            infos = [i for batch in ray.get([h.info.remote() for h in hosts]) for i in batch]
+        except Exception as exc:  # noqa: BLE001 - Ray buries the agent's own reason in its error text
+            raise RuntimeError(f"a node agent could not start: {root_cause(exc)}") from exc
         facts["envelope"] = infos[0]["envelope"]
         facts["envelope_note"] = infos[0]["envelope_note"]
         facts["agent_priority"] = sorted({i["priority"] for i in infos})
@@ -149,6 +193,8 @@ def run_ray(
             duration_s=scn.duration_s,
             monitoring=mon,
             node_memory_mb=c.memory_mb,
+            faults=scn.faults.as_tuples(),
+            on_node_down=scn.faults.on_node_down,
         )
         if mon:
             _write_targets(run_dir, run_id, nodes_sd, ray.get(coordinator.metrics_address.remote()), mon)
@@ -165,6 +211,8 @@ def run_ray(
                 facts["phases_s"]["running until first job started"] = round(
                     st["first_start_real"] - marks[-1][1], 3
                 )
+            if st.get("error"):
+                facts["error"] = st["error"]
             if st["done"]:
                 ended = st["ended"] or "all jobs ended"
                 break
@@ -177,7 +225,14 @@ def run_ray(
         ended = "interrupted (Ctrl-C)"
         raise
     except BaseException as exc:
-        ended = f"error: {type(exc).__name__}: {exc}"
+        if isinstance(exc, RayStartError):
+            err = str(exc)
+        elif type(exc).__module__.startswith("ray"):
+            err = root_cause(exc)
+        else:
+            err = ev.describe_error(exc)
+        facts["error"] = facts.get("error") or err
+        ended = f"error: {facts['error']}"
         raise
     finally:
         facts["ended"] = ended
@@ -186,7 +241,11 @@ def run_ray(
             ray.shutdown()
         except Exception as exc:  # noqa: BLE001 - teardown must go on
             log.warning("ray.shutdown failed: %s", exc)
-        left = cleanup_run(run_id)
+        if marked_before is None:
+            os.environ.pop(RUN_ID_ENV, None)
+        else:
+            os.environ[RUN_ID_ENV] = marked_before
+        left = cleanup_run(run_id)  # also whatever of Ray's outlived its shutdown
         facts["cleanup"] = left
         restore_session_group(old_nice)
         janitor.terminate()

@@ -1,6 +1,7 @@
-"""The coordinator: accepts jobs at their arrival times, asks the global policy for admission, allocation
-and slot plans, starts jobs on their nodes, announces gang switches ahead of time, detects completion,
-failure and dead nodes, and records job events.
+"""The coordinator: the real-process backend of the decision core (testbed/core.py). It submits jobs at
+their arrival times, calls the global policy's tick on time, starts and kills jobs' processes on their
+nodes, announces gang switches ahead of time, and turns process exits, CPU per quantum, scripted faults
+and dead nodes into the core's inputs.
 
 Plain Python; ``testbed.cluster`` wraps it as a Ray actor. Nodes are reached through proxies whose
 ``call(method, *args)`` returns a ``concurrent.futures.Future``, so this module does not depend on Ray.
@@ -9,19 +10,27 @@ Plain Python; ``testbed.cluster`` wraps it as a Ray actor. Nodes are reached thr
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed import events as ev
+from testbed.apps.worker import EXIT_PEER_GONE
 from testbed.clock import Clock
+from testbed.core import FINAL, DecisionCore
 from testbed.jobs import Job
 from testbed.loop import LoopThread
 from testbed.mechanism.priority import raise_process_nice, raise_thread_priority
+from testbed.messages import NodeError, ProcExit, QuantumUsage, SlotSwitches
 from testbed.schedulers import registry
-from testbed.schedulers.base import Dispatch, Reject, Start
+from testbed.schedulers.base import Dispatch
+
+#: How long a rank's failure caused by a vanished peer waits for the failure that caused it (real s).
+SUSPECT_GRACE_REAL_S = 2.0
+#: Once every node of that job answered a ping, how long reports already sent get to arrive (real s).
+SUSPECT_SETTLE_REAL_S = 0.1
 
 # Dead nodes also surface on every call the coordinator makes (dispatches, starts); the ping only covers
 # quiet periods, and each costs a Ray call on both sides: keep it rare.
@@ -35,18 +44,12 @@ class NodeProxy:
         raise NotImplementedError
 
 
-@dataclass
-class _JobRun:
-    job: Job
-    state: str = "pending"  # pending (not arrived) | queued | running | finished | failed | killed | rejected
-    nodes: tuple[int, ...] = ()
-    exited_ok: set[int] = field(default_factory=set)
-
-
-FINAL = ("finished", "failed", "killed", "rejected")
-
-
 class Coordinator:
+    """The real-process backend of the decision core (testbed/core.py): it times arrivals and policy
+    ticks on the emulated clock, starts and kills processes through the node agents, sends slot plans
+    ahead of time, and turns what the nodes report (process exits, CPU per quantum, dead nodes) into
+    the core's inputs."""
+
     def __init__(
         self,
         run_dir: str,
@@ -61,28 +64,35 @@ class Coordinator:
         duration_s: float | None = None,
         monitoring: dict | None = None,
         node_memory_mb: float | None = None,
+        faults: Sequence[tuple[float, int, str]] = (),
+        on_node_down: str = "fail",
     ) -> None:
         self.nodes = nodes
         self.sched_name = scheduler
         self.policy = registry.get(scheduler).make_global(nodes, params, seed)
         self.policy.set_node_memory(node_memory_mb)
-        self.jobs = {j.job_id: _JobRun(j) for j in jobs}
         self.proxies = list(proxies)
         self.nics = list(nic_addresses)
         self.tdf = tdf
         self.duration_s = duration_s
+        self.faults = list(faults)
         self.clock: Clock | None = None
         self.events = ev.EventWriter(Path(run_dir) / "events" / "coordinator.jsonl", "coordinator")
-        self.down: dict[int, str] = {}
-        self.ended: str | None = None
         self.first_start_real: float | None = None
-        self.errors: list[str] = []
         self._tick_handle = None
+        self._stops: list[cf.Future] = []
         self._control0: tuple[float, float] | None = None
+        self._init_metrics(monitoring, jobs)
+        self.core = DecisionCore(jobs, self.policy, scheduler, nodes, self, self._emit, on_node_down)
+        if self.metrics is not None:
+            self.core.on_decision = self._decisions.append
         sys.setswitchinterval(0.0005)  # the planning timer must get the GIL promptly (see agent.py)
         raise_process_nice()
         self.lt = LoopThread("coordinator", on_start=raise_thread_priority)
-        self._init_metrics(monitoring)
+        # An exception in a loop callback (a policy's, or the coordinator's own) would only be logged by
+        # asyncio while the run went on until wall_limit_s: it ends the run instead, with the error.
+        self.error: str | None = None
+        self.lt.loop.set_exception_handler(self._loop_error)
 
     # ----------------------------------------------------------------------------------------------------
     # Public API (any thread)
@@ -90,13 +100,16 @@ class Coordinator:
     def start(self, t0: float) -> None:
         self.lt.call(self._start, t0)
 
-    def on_node_event(self, kind: str, payload: dict) -> None:
-        if kind == "proc_exited":
-            self.lt.loop.call_soon_threadsafe(self._proc_exited, payload)
-        elif kind == "switches" and self.metrics is not None:
-            self.lt.loop.call_soon_threadsafe(self._switches, payload)
-        elif kind == "utilization":
-            self.lt.loop.call_soon_threadsafe(self._utilization, payload)
+    def on_node_event(self, msg) -> None:
+        """A node's report (testbed/messages.py), from any thread."""
+        if isinstance(msg, ProcExit):
+            self.lt.loop.call_soon_threadsafe(self._proc_exited, msg)
+        elif isinstance(msg, SlotSwitches) and self.metrics is not None:
+            self.lt.loop.call_soon_threadsafe(self._switches, msg)
+        elif isinstance(msg, QuantumUsage):
+            self.lt.loop.call_soon_threadsafe(self._utilization, msg)
+        elif isinstance(msg, NodeError):  # a node's policy or agent raised: the run cannot go on as planned
+            self.lt.loop.call_soon_threadsafe(self._abort, msg.error, msg.traceback)
 
     def metrics_address(self) -> str | None:
         return self._metrics_address
@@ -125,7 +138,24 @@ class Coordinator:
         return {"ended": reason}
 
     # ----------------------------------------------------------------------------------------------------
-    # Loop thread
+    # Loop thread: the core's inputs
+
+    def _loop_error(self, loop, context: dict) -> None:
+        exc = context.get("exception")
+        if exc is None:
+            self._abort(f"coordinator: {context.get('message', 'error in the event loop')}")
+            return
+        import traceback
+
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        self._abort(f"coordinator (scheduler {self.sched_name}): {ev.describe_error(exc)}", tb)
+
+    def _abort(self, error: str, tb: str | None = None) -> None:
+        """Ends the run because of an error; the first error is the run's."""
+        if self.error is None:
+            self.error = error
+            self.events.emit(ev.RUN_ERROR, t=self._now() if self.clock else 0.0, error=error, traceback=tb)
+        self._end(f"error: {self.error}")
 
     def _now(self) -> float:
         return self.clock.now()
@@ -134,81 +164,152 @@ class Coordinator:
         self.clock = Clock(self.tdf, t0)
         self.events.clock = self.clock
         self._control0 = (time.process_time(), time.monotonic())
-        self.events.emit(ev.RUN_INFO, t=0.0, scheduler=self.sched_name, nodes=self.nodes, tdf=self.tdf)
+        self.events.emit(
+            ev.RUN_INFO, t=0.0, scheduler=self.sched_name, nodes=self.nodes, tdf=self.tdf, pid=os.getpid()
+        )
         loop = self.lt.loop
-        for jr in self.jobs.values():
-            loop.call_at(self.clock.real_at(jr.job.spec.submit_time), self._submit, jr)
+        for rec in self.core.jobs.values():
+            spec = rec.job.spec
+            loop.call_at(self.clock.real_at(spec.submit_time), self._submit, spec.job_id)
+        for at, node, what in self.faults:
+            loop.call_at(self.clock.real_at(at), self._fault, node, what)
         if self.duration_s is not None:
             loop.call_at(self.clock.real_at(self.duration_s), self._end, ev.DURATION_REACHED)
         loop.call_later(HEALTH_PERIOD_REAL_S, self._health)
         if self.metrics is not None:
             loop.call_later(self._metrics_period, self._metrics_tick)
 
-    def _submit(self, jr: _JobRun) -> None:
-        if self.ended:
+    def _submit(self, job_id: str) -> None:
+        self.core.submit(self._now(), job_id)
+
+    def _tick(self) -> None:
+        self._tick_handle = None
+        self.core.tick(self._now())
+
+    def _utilization(self, msg: QuantumUsage) -> None:
+        """Per-process CPU use of the quantum a node just ended (paired gang predicts from it)."""
+        now = self._now()
+        for job_id, rank, util, interval in msg.samples:
+            self.core.utilization(now, job_id, rank, util, interval)
+
+    def _proc_exited(self, msg: ProcExit) -> None:
+        if msg.code == 0:
+            self.core.rank_exited(self._now(), msg.job, msg.rank, True, attempt=msg.attempt)
             return
-        spec = jr.job.spec
-        jr.state = "queued"
-        self.events.emit(ev.JOB_SUBMITTED, job=spec.job_id, size=spec.size, job_class=spec.job_class)
-        self._do(self._decide(self.policy.submit, self._now(), spec))
-        if self.metrics is not None and jr.state != "rejected":
-            self.metrics.admission("admitted", spec.job_class)
+        rec = self.core.jobs.get(msg.job)
+        if rec is None or rec.state != "running" or msg.attempt != rec.starts:
+            return
+        reason = f"rank {msg.rank} on node {msg.node} failed: {msg.reason or msg.code}"
+        if msg.code != EXIT_PEER_GONE:
+            self._suspects.pop(msg.job, None)
+            self.core.fail(self._now(), msg.job, reason)
+            return
+        # This rank failed because a peer went away: the cause is another rank's failure, on its way
+        # here, or a node that died (its own report never comes). Ask the job's nodes whether they are
+        # alive and name the cause found, or this reason if none shows within the grace.
+        if msg.job in self._suspects:
+            return
+        self._suspects[msg.job] = (rec.starts, reason)
+        live = [n for n in dict.fromkeys(rec.nodes) if n not in self.core.down]
+        pings = [self._call(n, "ping") for n in live]
+        for f in pings:
+            f.add_done_callback(lambda f, job=msg.job, fs=pings: self._pinged(job, fs))
+        self.lt.loop.call_later(SUSPECT_GRACE_REAL_S, self._fail_suspect, msg.job)
 
-    def _do(self, actions) -> None:
-        for a in actions:
-            if isinstance(a, Reject):
-                jr = self.jobs[a.job_id]
-                jr.state = "rejected"
-                self.events.emit(ev.JOB_REJECTED, job=a.job_id, reason=a.reason)
-                if self.metrics is not None:
-                    self.metrics.admission("rejected", jr.job.spec.job_class)
-            elif isinstance(a, Start):
-                self._launch(self.jobs[a.job_id], a.nodes)
-            elif isinstance(a, Dispatch):
-                self.events.emit(ev.SLOT_PLANNED, slot=a.slot, at=a.at, rows=list(a.rows))
-                if self.metrics is not None:
-                    live = [n for n in a.allowed if n not in self.down]
-                    self._skew.expect(a.slot, live, time.monotonic())
-                for node, allowed in a.allowed.items():
-                    if node not in self.down:
-                        self._call(node, "dispatch", a.at, a.slot, sorted(allowed))
-        self._arm_tick()
+    def _pinged(self, job_id: str, pings: list[cf.Future]) -> None:
+        """A ping came back (any thread)."""
+        if all(f.done() for f in pings):
+            # Every node answered (a dead one has been marked down by now): the cause, if another rank's
+            # failure, is already queued behind this callback.
+            self.lt.loop.call_soon_threadsafe(
+                lambda: self.lt.loop.call_later(SUSPECT_SETTLE_REAL_S, self._fail_suspect, job_id)
+            )
 
-    def _arm_tick(self) -> None:
+    def _fail_suspect(self, job_id: str) -> None:
+        starts, reason = self._suspects.pop(job_id, (None, None))
+        rec = self.core.jobs.get(job_id)
+        if reason is not None and rec is not None and rec.starts == starts:
+            self.core.fail(self._now(), job_id, reason)  # no-op unless it still runs
+
+    def _fault(self, node: int, what: str) -> None:
+        """A scripted fault: the node's agent kills its processes and refuses new ones while down."""
+        if self.core.ended:
+            return
+        if what == "down":
+            if node in self.core.down:
+                return
+            self._call(node, "set_down", True, ev.SCRIPTED_FAULT).result(timeout=30)
+            self.core.node_down(self._now(), node, ev.SCRIPTED_FAULT)
+        else:
+            if node not in self.core.down or node in self._dead:
+                return  # an agent that died stays down
+            self._call(node, "set_down", False, "").result(timeout=30)
+            self.core.node_up(self._now(), node)
+
+    def _health(self) -> None:
+        if self.core.ended:
+            return
+        for n in range(self.nodes):
+            if n not in self.core.down:
+                self._call(n, "ping")
+        self.lt.loop.call_later(HEALTH_PERIOD_REAL_S, self._health)
+
+    def _node_died(self, node: int, why: str) -> None:
+        self._dead.add(node)
+        self.core.node_down(self._now(), node, f"its agent died ({why})")
+
+    def _end(self, reason: str) -> None:
+        if self.core.ended:
+            return
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+        self.core.end(self._now(), reason)
+        cf.wait(self._stops, timeout=10)
+
+    # ----------------------------------------------------------------------------------------------------
+    # Loop thread: the core's backend
+
+    def _emit(self, kind: str, t: float, **fields) -> None:
+        self.events.emit(kind, t=t, **fields)
+        if self.metrics is not None:
+            self._observe(kind, fields)
+
+    def policy_consulted(self) -> None:
         if self._tick_handle is not None:
             self._tick_handle.cancel()
             self._tick_handle = None
         nxt = self.policy.next_tick()
-        if nxt is not None and not self.ended:
+        if nxt is not None and not self.core.ended:
             self._tick_handle = self.lt.loop.call_at(self.clock.real_at(nxt), self._tick)
 
-    def _tick(self) -> None:
-        self._tick_handle = None
-        if not self.ended:
-            self._do(self._decide(self.policy.tick, self._now()))
-
-    def _launch(self, jr: _JobRun, nodes: tuple[int, ...]) -> None:
-        spec = jr.job.spec
-        jr.state, jr.nodes = "running", tuple(nodes)
-        self.events.emit(ev.JOB_STARTED, job=spec.job_id, nodes=list(nodes))
+    def launch(self, job: Job, nodes: tuple[int, ...]) -> None:
         if self.first_start_real is None:
             self.first_start_real = time.monotonic()
-        dead = [n for n in nodes if n in self.down]
-        if dead:
-            self._fail(jr, f"allocated node(s) {dead} are down")
-            return
         nics = [self.nics[n] for n in nodes]
-        app = {**jr.job.app.to_dict(), "job_class": spec.job_class}  # job_class: the nodes' metric label
+        attempt = self.core.jobs[job.job_id].starts
         for rank, node in enumerate(nodes):
-            fut = self._call(node, "start_proc", spec.job_id, rank, spec.size, nics, app)
-            fut.add_done_callback(lambda f, jr=jr, rank=rank, node=node: self._started(f, jr, rank, node))
+            launch = job.launch(rank, nics)
+            fut = self._call(node, "start_proc", job.job_id, rank, list(launch.argv), dict(launch.env),
+                             job.spec.job_class, attempt)  # fmt: skip
+            fut.add_done_callback(lambda f, j=job.job_id, r=rank, n=node: self._started(f, j, r, n))
 
-    def _started(self, fut: cf.Future, jr: _JobRun, rank: int, node: int) -> None:
+    def kill(self, job: Job, nodes: tuple[int, ...], reason: str) -> None:
+        attempt = self.core.jobs[job.job_id].starts  # the start being stopped (a restart comes after)
+        for node in nodes:
+            self._stops.append(self._call(node, "kill_job", job.job_id, reason, attempt))
+        self._stops = [f for f in self._stops if not f.done()]
+
+    def dispatch(self, d: Dispatch, nodes) -> None:
+        if self.metrics is not None:
+            self._skew.expect(d.slot, list(nodes), time.monotonic())
+        for node in nodes:
+            self._call(node, "dispatch", d.at, d.slot, sorted(d.allowed[node]))
+
+    def _started(self, fut: cf.Future, job_id: str, rank: int, node: int) -> None:
         exc = fut.exception()
-        if exc is not None:
-            self.lt.loop.call_soon_threadsafe(
-                self._fail, jr, f"could not start rank {rank} on node {node}: {type(exc).__name__}: {exc}"
-            )
+        if exc is not None and not _is_dead_actor(exc):
+            why = f"could not start rank {rank} on node {node}: {type(exc).__name__}: {exc}"
+            self.lt.loop.call_soon_threadsafe(lambda: self.core.fail(self._now(), job_id, why))
 
     def _call(self, node: int, method: str, *args) -> cf.Future:
         fut = self.proxies[node].call(method, *args)
@@ -218,96 +319,28 @@ class Coordinator:
     def _check_node(self, fut: cf.Future, node: int) -> None:
         exc = fut.exception()
         if exc is not None and _is_dead_actor(exc):
-            self.lt.loop.call_soon_threadsafe(self._node_down, node, f"{type(exc).__name__}")
+            self.lt.loop.call_soon_threadsafe(self._on_dead, node, f"{type(exc).__name__}")
 
-    def _health(self) -> None:
-        if self.ended:
-            return
-        for n in range(self.nodes):
-            if n not in self.down:
-                self._call(n, "ping")
-        self.lt.loop.call_later(HEALTH_PERIOD_REAL_S, self._health)
-
-    def _node_down(self, node: int, why: str) -> None:
-        if node in self.down or self.ended:
-            return
-        self.down[node] = why
-        self.events.emit(ev.NODE_DOWN, node=node, reason=why)
-        for jr in self.jobs.values():
-            if jr.state == "running" and node in jr.nodes:
-                self._fail(jr, f"node {node} went down ({why})")
-
-    def _utilization(self, payload: dict) -> None:
-        """Per-process CPU use of the quantum a node just ended (paired gang predicts from it)."""
-        if self.ended:
-            return
-        now = self._now()
-        for job_id, rank, util, interval in payload["samples"]:
-            jr = self.jobs.get(job_id)
-            if jr is not None and jr.state == "running":
-                self._do(self.policy.utilization(now, job_id, rank, util, interval))
-
-    def _proc_exited(self, rec: dict) -> None:
-        jr = self.jobs.get(rec["job"])
-        if jr is None or jr.state != "running":
-            return
-        if rec["code"] != 0:
-            self._fail(
-                jr, f"rank {rec['rank']} on node {rec['node']} failed: {rec.get('reason') or rec['code']}"
-            )
-            return
-        jr.exited_ok.add(rec["rank"])
-        if len(jr.exited_ok) == jr.job.spec.size:
-            jr.state = "finished"
-            self.events.emit(ev.JOB_FINISHED, job=jr.job.job_id)
-            self._do(self._decide(self.policy.finished, self._now(), jr.job.job_id))
-
-    def _fail(self, jr: _JobRun, reason: str) -> None:
-        if jr.state in FINAL:
-            return
-        jr.state = "failed"
-        self.events.emit(ev.JOB_FAILED, job=jr.job.job_id, reason=reason)
-        self._kill_ranks(jr, reason)
-        if not self.ended:
-            self._do(self._decide(self.policy.finished, self._now(), jr.job.job_id))
-
-    def _kill_ranks(self, jr: _JobRun, reason: str) -> None:
-        for node in set(jr.nodes):
-            if node not in self.down:
-                self._call(node, "kill_job", jr.job.job_id, reason)
-
-    def _end(self, reason: str) -> None:
-        if self.ended:
-            return
-        self.ended = reason
-        if self._tick_handle is not None:
-            self._tick_handle.cancel()
-        waits = []
-        for jr in self.jobs.values():
-            if jr.state == "running":
-                jr.state = "killed"
-                self.events.emit(ev.JOB_KILLED, job=jr.job.job_id, reason=reason)
-                for node in set(jr.nodes):
-                    if node not in self.down:
-                        waits.append(self._call(node, "kill_job", jr.job.job_id, reason))
-            elif jr.state == "queued":
-                jr.state = "killed"
-                self.events.emit(ev.JOB_KILLED, job=jr.job.job_id, reason=f"{reason} before it started")
-        cf.wait(waits, timeout=10)
+    def _on_dead(self, node: int, why: str) -> None:
+        if node not in self._dead and not self.core.ended:
+            self._node_died(node, why)
 
     # ----------------------------------------------------------------------------------------------------
-    # Metrics (monitoring/metrics.py)
+    # Metrics (monitoring/metrics.py), fed from the events this coordinator writes
 
-    def _init_metrics(self, mon: dict | None) -> None:
+    def _init_metrics(self, mon: dict | None, jobs: Sequence[Job]) -> None:
         self.metrics = None
         self._metrics_server = None
         self._metrics_address: str | None = None
         self._decisions: list[float] = []
+        self._dead: set[int] = set()
+        self._suspects: dict[str, tuple[int, str]] = {}  # job -> (its start, a secondary failure reason)
+        self._classes: dict[str, str] = {j.job_id: j.spec.job_class for j in jobs}
         if not mon:
             return
         from testbed.monitoring.metrics import CoordinatorMetrics, SwitchSkew, serve
 
-        classes = {jr.job.spec.job_class for jr in self.jobs.values()} | set(mon.get("job_classes", ()))
+        classes = set(self._classes.values()) | set(mon.get("job_classes", ()))
         self.metrics = CoordinatorMetrics(self.sched_name, self.tdf, classes)
         self._skew = SwitchSkew()
         self._metrics_period = float(mon.get("scrape_interval_s", 1.0))
@@ -316,27 +349,23 @@ class Coordinator:
         self._metrics_server, self._metrics_address = serve(
             self.metrics.registry, mon.get("host", "127.0.0.1"), mon.get("port")
         )
-        self._update_job_metrics()
 
-    def _decide(self, fn, *args):
-        if self.metrics is None:
-            return fn(*args)
-        t = time.perf_counter()
-        actions = fn(*args)
-        self._decisions.append(time.perf_counter() - t)
-        return actions
+    def _observe(self, kind: str, fields: dict) -> None:
+        if kind == ev.JOB_ADMITTED:
+            self.metrics.admission("admitted", self._classes.get(fields["job"]))
+        elif kind == ev.JOB_REJECTED:
+            self.metrics.admission("rejected", self._classes.get(fields["job"]))
 
-    def _switches(self, payload: dict) -> None:
-        node = payload["node"]
-        for slot, effect in payload["switches"]:
-            spread = self._skew.report(node, slot, effect)
+    def _switches(self, msg: SlotSwitches) -> None:
+        for slot, effect in msg.switches:
+            spread = self._skew.report(msg.node, slot, effect)
             if spread is not None:
                 self.metrics.skew.observe(spread)
 
     def _update_job_metrics(self) -> None:
         counts: dict[tuple[str, str], int] = {}
-        for jr in self.jobs.values():
-            key = (jr.state, jr.job.spec.job_class)
+        for rec in self.core.jobs.values():
+            key = (rec.state, rec.job.spec.job_class)
             counts[key] = counts.get(key, 0) + 1
         self.metrics.set_jobs(counts)
 
@@ -344,23 +373,22 @@ class Coordinator:
         self._update_job_metrics()
         self.metrics.observe_decisions(self._decisions)
         self._decisions.clear()
-        for spread in self._skew.expire(time.monotonic(), self._skew_timeout, self.down):
+        for spread in self._skew.expire(time.monotonic(), self._skew_timeout, self.core.down):
             self.metrics.skew.observe(spread)
         self.lt.loop.call_later(self._metrics_period, self._metrics_tick)
 
     def _status(self) -> dict:
-        counts: dict[str, int] = {}
-        for jr in self.jobs.values():
-            counts[jr.state] = counts.get(jr.state, 0) + 1
+        counts = self.core.counts()
         final = sum(counts.get(s, 0) for s in FINAL)
         return {
             "now": self._now() if self.clock else 0.0,
             "counts": counts,
-            "total": len(self.jobs),
+            "total": len(self.core.jobs),
             "final": final,
-            "done": final == len(self.jobs) or self.ended is not None,
-            "ended": self.ended,
-            "down": dict(self.down),
+            "done": final == len(self.core.jobs) or self.core.ended is not None,
+            "ended": self.core.ended,
+            "error": self.error,
+            "down": dict(self.core.down),
             "first_start_real": self.first_start_real,
         }
 

@@ -5,12 +5,15 @@ The driver starts it detached at the start of a run (:func:`start_janitor`)::
     python -m testbed.janitor --run-id ID --watch PID [--watch PID ...]
 
 It waits (pidfds, polled every 0.2 s) until every watched pid has died, or for SIGTERM/SIGINT, then
-cleans up run ID and exits. Cleaning (:func:`cleanup_run`, also called synchronously by the driver at a
-normal end) means:
+cleans up run ID and exits. When the driver died (rather than told it to stop) and ``--run-dir`` was
+given, it then rebuilds that run's jobs.csv and summary.json from the events written so far
+(``results.rebuild``), so a killed run still says how it ended. Cleaning (:func:`cleanup_run`, also
+called synchronously by the driver at a normal end) means:
 
 * every process whose environment has ``TESTBED_RUN_ID=ID`` (``process.spawn`` puts it there and children
-  inherit it), and every process inside a cgroup under ``testbed/ID`` in any hierarchy, gets SIGKILL, its
-  freezer cgroup is thawed (a frozen task does not act on SIGKILL until thawed), then SIGCONT;
+  inherit it; the driver sets it before starting Ray, so Ray's own processes for the run carry it too),
+  and every process inside a cgroup under ``testbed/ID`` in any hierarchy, gets SIGKILL, its freezer
+  cgroup is thawed (a frozen task does not act on SIGKILL until thawed), then SIGCONT;
 * every cgroup under ``testbed/ID`` in every hierarchy is removed, children first, and ``testbed/`` too if
   no other run uses it.
 
@@ -59,6 +62,27 @@ def marked_processes(run_id: str | None = None) -> dict[int, str]:
                 if run_id is None or rid == run_id:
                     out[int(name)] = rid
                 break
+    return out
+
+
+def processes_with(env: dict[str, str], candidates: list[int] | None = None) -> list[int]:
+    """The live processes (among ``candidates``, else all of /proc) whose environment holds every
+    ``KEY=VALUE`` of ``env``: a worker's children inherit its environment, so they are found by it even
+    after they outlived it (an orphan no longer has its parent's pid)."""
+    needles = [f"{k}={v}".encode() for k, v in env.items()]
+    me = os.getpid()
+    pids = candidates if candidates is not None else [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    out = []
+    for pid in pids:
+        if pid == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                entries = set(f.read().split(b"\0"))
+        except OSError:
+            continue
+        if all(n in entries for n in needles):
+            out.append(pid)
     return out
 
 
@@ -203,17 +227,21 @@ def start_janitor(
     run_id: str,
     watch_pids: list[int],
     log_path: str | None = None,
+    run_dir: str | None = None,
     session_nice: tuple[int, str | None] | None = None,
 ) -> subprocess.Popen:
-    """Start the janitor detached (own session, no TESTBED_RUN_ID) watching ``watch_pids``.
-    ``session_nice`` = (session id, autogroup nice): put that session's autogroup back to it if the
-    watched processes die (priority.raise_session_group)."""
+    """Start the janitor detached (own session, no TESTBED_RUN_ID) watching ``watch_pids``; with
+    ``run_dir``, it rebuilds that run's results if the watched processes die. ``session_nice`` = (session
+    id, autogroup nice): put that session's autogroup back to it if they die
+    (priority.raise_session_group)."""
     env = {k: v for k, v in os.environ.items() if k not in (RUN_ID_ENV, "TESTBED_NODE")}
     argv = [sys.executable, "-m", "testbed.janitor", "--run-id", run_id]
     for pid in watch_pids:
         argv += ["--watch", str(pid)]
     if session_nice is not None and session_nice[1] is not None:
         argv += ["--session-nice", f"{session_nice[0]}:{session_nice[1]}"]
+    if run_dir is not None:
+        argv += ["--run-dir", run_dir]
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL
     try:
         return subprocess.Popen(
@@ -230,9 +258,12 @@ def start_janitor(
             out.close()  # type: ignore[union-attr]
 
 
-def watch(run_id: str, pids: list[int], session_nice: tuple[int, str] | None = None) -> dict[str, Any]:
+def watch(
+    run_id: str, pids: list[int], run_dir: str | None = None, session_nice: tuple[int, str] | None = None
+) -> dict[str, Any]:
     """Block until every pid in ``pids`` has died (or SIGTERM/SIGINT), then cleanup_run(run_id); if they
-    died, also put ``session_nice``'s session autogroup back (a killed driver could not)."""
+    died, rebuild ``run_dir``'s results from its events (when given) and put ``session_nice``'s session
+    autogroup back (a killed driver could not)."""
     stop = False
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -263,6 +294,21 @@ def watch(run_id: str, pids: list[int], session_nice: tuple[int, str] | None = N
     report["why"] = why
     if session_nice is not None and not stop:
         report["session_nice_restored"] = _restore_session_nice(*session_nice)
+    if run_dir is not None and not stop:
+        try:
+            from pathlib import Path
+
+            from testbed import results
+
+            results.rebuild(
+                Path(run_dir),
+                ended=f"driver (pid {', '.join(map(str, pids))}) died without ending the run; "
+                "the janitor killed what it left",
+                allow_empty=True,
+            )
+            report["results"] = run_dir
+        except Exception as exc:  # noqa: BLE001 - the cleanup is done; say why the results are not
+            report["errors"].append(f"rebuilding the results in {run_dir}: {type(exc).__name__}: {exc}")
     return report
 
 
@@ -288,13 +334,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-id", required=True)
     ap.add_argument("--watch", type=int, action="append", default=[], metavar="PID")
     ap.add_argument("--session-nice", default=None, metavar="SID:NICE", help="autogroup to put back")
+    ap.add_argument("--run-dir", default=None, help="results folder to rebuild if the watched pids die")
     args = ap.parse_args(argv)
     os.environ.pop(RUN_ID_ENV, None)  # never mark ourselves (nor anything we might start)
     session_nice = None
     if args.session_nice:
         sid, _, nice = args.session_nice.partition(":")
         session_nice = (int(sid), nice)
-    report = watch(args.run_id, args.watch, session_nice)
+    report = watch(args.run_id, args.watch, args.run_dir, session_nice)
     print(json.dumps(report), flush=True)
     return 1 if report["errors"] else 0
 

@@ -1,8 +1,20 @@
-"""Scenario -> results folder, on real processes (``ray``) or in the simulator (``sim``)."""
+"""Scenario -> results folder, on real processes (``ray``) or in the simulator (``sim``).
+
+:func:`preflight` checks, before Ray starts, everything that can be checked then (the scheduler's
+parameters by building its policies, the envelope, the CFS quota at the run's TDF, the results folder);
+``testbed validate`` and ``testbed run`` both call it. A run never writes into a folder that already
+holds a run's events, and its summary.json always says how it ended and the error, if any.
+"""
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
+import os
+import re
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -11,48 +23,253 @@ import yaml
 from testbed import events as ev
 from testbed import results
 from testbed.clock import host_cores
-from testbed.scenario import Scenario, ScenarioError, effective_tdf
+from testbed.scenario import Scenario, effective_tdf
 from testbed.workload import build
 
 BACKENDS = ("ray", "sim")
+#: Every run writes its scenario first: a folder holding one is a testbed results folder, the only kind
+#: ``--force`` replaces.
+MARK = "scenario.yaml"
+#: Where results go without --out (relative to the working directory, as the README shows).
+DEFAULT_PARENT = Path("results")
 
 
-def default_out(scn: Scenario, backend: str) -> Path:
-    return Path("results") / f"{scn.name}-{backend}-{time.strftime('%Y%m%d-%H%M%S')}"
+class PreflightError(ValueError):
+    """The run cannot start as asked; the message is one line naming the field or option and the fix."""
 
 
-def _facts(scn: Scenario, backend: str, tdf: float, envelope: str) -> results.RunFacts:
+class RunFailed(RuntimeError):
+    """An error ended the run (a policy raised, Ray could not start, ...). The message is one line; the
+    results folder holds what happened until then and summary.json the error. ``exit_code``: 2 when the
+    host is the problem (Ray could not start), 1 otherwise."""
+
+    def __init__(self, error: str, run_dir: Path | None = None, exit_code: int = 1) -> None:
+        super().__init__(error)
+        self.error = error
+        self.run_dir = run_dir
+        self.exit_code = exit_code
+
+
+# --------------------------------------------------------------------------------------------------------
+# Before anything starts
+
+
+def preflight(scn: Scenario, backend: str, out: Path | None = None, force: bool = False) -> list[str]:
+    """Raises :class:`PreflightError` for what would make the run fail, checked without starting Ray.
+    Returns notes the user should see (the automatic envelope falling back to none, say)."""
+    if backend not in BACKENDS:
+        raise PreflightError(f"--backend: unknown backend '{backend}'; known: {', '.join(BACKENDS)}")
+    runs = [("", scn)]
+    if scn.sweep:
+        from testbed import sweep
+
+        runs = [(f"variant '{v.name}': ", v.scenario) for v in sweep.variants(scn)]
+    for where, s in runs:
+        _check_policies(s, where)
+    notes: list[str] = []
+    if backend == "ray":
+        from testbed.mechanism.envelope import probe_envelopes
+
+        usable = probe_envelopes()
+        for where, s in runs:
+            note = _check_envelope(s, usable, where)
+            if note and note not in notes:
+                notes.append(note)
+    if out is not None:
+        check_out(Path(out), force)
+    else:
+        check_writable(DEFAULT_PARENT, f"results folder {DEFAULT_PARENT}/ (default; --out chooses another)")
+    return notes
+
+
+def _check_policies(scn: Scenario, where: str) -> None:
+    """Builds the global policy and one local policy with the scenario's parameters: what the policies
+    check when they are built is then refused here, not in a node agent after Ray has started."""
+    from testbed.schedulers import registry
+    from testbed.schedulers.base import PolicyConfigError
+
+    s = scn.scheduler
+    sched = registry.get(s.name)  # the scenario model already checked the name
+    try:
+        gp = sched.make_global(scn.cluster.nodes, s.params, scn.workload.seed)
+        gp.set_node_memory(scn.cluster.memory_mb)
+        sched.make_local(0, s.params, scn.workload.seed)
+    except PolicyConfigError as exc:
+        raise PreflightError(where + " ".join(str(exc).split())) from None
+    except Exception as exc:  # noqa: BLE001 - a policy that fails to build on these values: say which
+        raise PreflightError(
+            f"{where}scheduler.params: scheduler '{s.name}' cannot be built with {s.params}: "
+            f"{ev.describe_error(exc)}; see `testbed schedulers` for its parameters"
+        ) from None
+
+
+def _check_envelope(scn: Scenario, usable: dict[str, str | None], where: str) -> str | None:
+    from testbed.mechanism.envelope import MIN_QUOTA_US
+
     c = scn.cluster
-    return results.RunFacts(
-        nodes=c.nodes,
-        cpu_rate=c.cpu_rate,
-        cores_per_node=c.cores_per_node,
-        idle_watts=c.power.idle_watts,
-        busy_watts=c.power.busy_watts,
-        tdf=tdf,
-        envelope=envelope,
-        backend=backend,
-        scheduler=scn.scheduler.name,
+    if c.envelope == "none":
+        return None
+    if c.envelope == "auto" and usable["cgroup"] is not None:
+        return (
+            f"cluster.envelope auto: no usable cgroup here ({usable['cgroup']}); the run uses envelope "
+            "none and the CPU rate is NOT fixed"
+        )
+    kind = "cgroup" if c.envelope == "auto" else c.envelope
+    if usable.get(kind) is not None:
+        raise PreflightError(
+            f"{where}cluster.envelope: {kind} is not available here ({usable[kind]}); run as root with "
+            "the cpu, cpuacct and freezer controllers mounted read-write, or set cluster.envelope: none "
+            "(CPU rate then NOT fixed)"
+        )
+    tdf = effective_tdf(scn)
+    period_us = round(c.cfs_period_ms * 1000)
+    quota = round(period_us * c.cpu_rate * c.cores_per_node / tdf)
+    if quota >= MIN_QUOTA_US:
+        return None
+    need_ms = math.ceil(MIN_QUOTA_US * tdf / (c.cpu_rate * c.cores_per_node) / 1000)
+    why = (
+        f"{where}cluster.cfs_period_ms: a node's CPU quota would be {quota} us per {period_us} us period, "
+        f"below the kernel's minimum of {MIN_QUOTA_US} us (TDF {tdf:.4g}: {c.nodes} nodes x "
+        f"{c.cores_per_node} core(s) at rate {c.cpu_rate:g} on {host_cores()} host cores)"
     )
+    if need_ms <= 1000:
+        raise PreflightError(f"{why}; raise cluster.cfs_period_ms to at least {need_ms}")
+    raise PreflightError(
+        f"{why}; no CFS period can give it (the kernel's maximum is 1000 ms): use fewer nodes, or run it "
+        "in the simulator (--backend sim)"
+    )
+
+
+# --------------------------------------------------------------------------------------------------------
+# The results folder
+
+
+def check_out(out: Path, force: bool = False) -> None:
+    """Refuses a results folder this run cannot use: a file, a folder that already holds something (unless
+    ``force``, and then only a testbed results folder), or a place where nothing can be written."""
+    label = f"--out {out}"
+    if out.is_symlink() and not out.exists():
+        raise PreflightError(f"{label}: is a link to nothing ({os.readlink(out)}); give a folder")
+    if out.exists():
+        if not out.is_dir():
+            raise PreflightError(f"{label}: is a file, not a folder; give a folder (created if missing)")
+        try:
+            entries = sorted(os.listdir(out))
+        except OSError as exc:
+            raise PreflightError(f"{label}: cannot read it ({exc.strerror}); give another folder") from None
+        if entries and not force:
+            shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+            raise PreflightError(
+                f"{label}: already holds {len(entries)} {'entry' if len(entries) == 1 else 'entries'} "
+                f"({shown}); results are never mixed: give a "
+                "new folder, or add --force to replace this one"
+            )
+        if entries and not (out / MARK).exists():
+            raise PreflightError(
+                f"{label}: --force replaces only a testbed results folder (one with {MARK}) and this one "
+                "has none; remove it yourself or give another folder"
+            )
+        if entries and Path.cwd().resolve().is_relative_to(out.resolve()):
+            raise PreflightError(f"{label}: --force would remove the current folder; give another folder")
+        _probe_write(out, label)
+    else:
+        check_writable(out, label)
+
+
+def check_writable(path: Path, label: str) -> None:
+    """Refuses ``path`` (a folder, created if missing) when nothing can be written there."""
+    probe = path.absolute()
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise PreflightError(f"{label}: {probe} is a file, so nothing can be created below it")
+    _probe_write(probe, label)
+
+
+def _probe_write(probe: Path, label: str) -> None:
+    # Trying is the only honest test: access() says yes to root on a read-only file system.
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".testbed-check-", dir=probe))
+    except OSError as exc:
+        raise PreflightError(
+            f"{label}: cannot write in {probe} ({exc.strerror or exc}); give a folder you can write to"
+        ) from None
+
+
+def claim_out(out: Path, force: bool = False) -> Path:
+    """Makes ``out`` ready for a run (after :func:`check_out`): created, or emptied with ``force``."""
+    if force and out.is_dir():
+        for entry in out.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def new_out(scn: Scenario, backend: str, parent: Path | None = None) -> Path:
+    """A fresh default results folder, created now: ``results/NAME-BACKEND-YYYYmmdd-HHMMSS``, then ``-2``,
+    ``-3`` ... when another run took that name in the same second (mkdir is atomic: two runs never
+    share a folder)."""
+    name = re.sub(r"[^A-Za-z0-9._+=-]+", "_", scn.name).strip("._") or "scenario"
+    stem = f"{name}-{backend}-{time.strftime('%Y%m%d-%H%M%S')}"
+    parent = DEFAULT_PARENT if parent is None else parent
+    parent.mkdir(parents=True, exist_ok=True)
+    for k in itertools.count(1):
+        p = parent / (stem if k == 1 else f"{stem}-{k}")
+        try:
+            p.mkdir()
+        except FileExistsError:
+            continue
+        return p
+    raise AssertionError("unreachable")
+
+
+def _refuse_used(run_dir: Path) -> None:
+    # The lowest level of "never mixed": whoever calls run_once, an earlier run's events stay its own.
+    if (run_dir / "events.jsonl").exists() or any((run_dir / "events").glob("*.jsonl")):
+        raise PreflightError(
+            f"{run_dir}: already holds a run's events; results are never mixed: give a new folder "
+            "(testbed run --force replaces one)"
+        )
+
+
+# --------------------------------------------------------------------------------------------------------
+# One run
 
 
 def run_once(
     scn: Scenario, backend: str, run_dir: Path, on_status=None, on_phase=None, prometheus=False, notice=None
 ) -> dict:
     """``prometheus``: run a local Prometheus on the run's exporters meanwhile (stopped on every exit
-    path); ``notice(text)`` receives lines for the user (where to look)."""
+    path); ``notice(text)`` receives lines for the user (where to look). Raises :class:`RunFailed` when
+    an error ended the run, after writing its results."""
     if backend not in BACKENDS:
-        raise ValueError(f"--backend: unknown backend '{backend}'; known: {', '.join(BACKENDS)}")
+        raise PreflightError(f"--backend: unknown backend '{backend}'; known: {', '.join(BACKENDS)}")
     # Agents and workers run in other working directories: every path handed to them is absolute.
     run_dir = Path(run_dir).absolute()
+    _refuse_used(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scn.model_dump(mode="json"), sort_keys=False))
+    (run_dir / MARK).write_text(yaml.safe_dump(scn.model_dump(mode="json"), sort_keys=False))
     jobs = build(scn)
     if backend == "sim":
-        from testbed.schedulers import registry
-        from testbed.sim import simulate
+        return _run_sim(scn, jobs, run_dir, on_status)
+    return _run_real(scn, jobs, run_dir, on_status, on_phase, prometheus, notice)
 
-        events = simulate(
+
+def _run_sim(scn: Scenario, jobs, run_dir: Path, on_status=None) -> dict:
+    from testbed.schedulers import registry
+    from testbed.sim import Simulation
+
+    facts = results.facts_of(scn, "sim", 1.0, "modelled")
+    log = run_dir / "events.jsonl"
+    # Streamed to the file as they happen (in time order): a run of millions of events is not held, and
+    # what an interrupted one simulated is kept.
+    sink = ev.JsonlSink(log)
+    sim = None
+    try:
+        sim = Simulation(
             jobs,
             registry.get(scn.scheduler.name),
             scn.scheduler.params,
@@ -65,11 +282,28 @@ def run_once(
             bandwidth_Bps=(
                 scn.cluster.network.bandwidth_mbps * 1e6 / 8 if scn.cluster.network.bandwidth_mbps else None
             ),
+            faults=scn.faults.as_tuples(),
+            on_node_down=scn.faults.on_node_down,
+            sink=sink,
         )
-        ev.write_all(events, run_dir / "events.jsonl")
-        return results.write(run_dir, events, _facts(scn, "sim", 1.0, "modelled"), {"ended": "simulated"})
+        sim.run(on_status=on_status)
+    except (Exception, KeyboardInterrupt) as exc:
+        sink.close()
+        if isinstance(exc, KeyboardInterrupt):
+            extra = {"ended": "interrupted (Ctrl-C)", "error": None}
+            results.write(run_dir, ev.read_jsonl(log), facts, extra)
+            raise
+        error = f"the simulation stopped: {ev.describe_error(exc)}"
+        results.write(run_dir, ev.read_jsonl(log), facts, {"ended": f"error: {error}", "error": error})
+        raise RunFailed(error, run_dir) from exc
+    sink.close()
+    # Said as a real run says it: the duration, a stall (the simulator's own reason), or every job ended.
+    ended = sim.core.ended or "all jobs ended"
+    return results.write(run_dir, ev.read_jsonl(log), facts, {"ended": ended, "error": None})
 
-    from testbed.cluster import run_ray
+
+def _run_real(scn: Scenario, jobs, run_dir: Path, on_status, on_phase, prometheus, notice) -> dict:
+    from testbed.cluster import RayStartError, run_ray
 
     tdf = effective_tdf(scn)
     if scn.cluster.envelope != "none":
@@ -79,9 +313,11 @@ def run_once(
         try:
             quota_us(round(c.cfs_period_ms * 1000), c.cpu_rate, c.cores_per_node, tdf)
         except ValueError as exc:
-            raise ScenarioError(f"cluster.cfs_period_ms: {exc}") from None
+            raise PreflightError(f"cluster.cfs_period_ms: {exc}") from None
     local_prom = None
     say = notice or (lambda text: None)
+    facts: dict = {}
+    failed: RunFailed | None = None
     try:
         if scn.monitoring.enabled:
             from testbed.monitoring import prometheus as prom
@@ -94,19 +330,41 @@ def run_once(
                 )
             else:
                 say(f"metrics: Prometheus config {d / 'prometheus.yml'}; live view: testbed watch {run_dir}")
-        facts = run_ray(scn, jobs, run_dir, tdf, on_status=on_status, on_phase=on_phase)
+        run_ray(scn, jobs, run_dir, tdf, on_status=on_status, on_phase=on_phase, facts=facts)
+        if facts.get("error"):
+            failed = RunFailed(facts["error"], run_dir)
+    except KeyboardInterrupt:
+        facts["ended"] = "interrupted (Ctrl-C)"
+        raise
+    except RayStartError as exc:
+        facts["error"] = str(exc)
+        facts["ended"] = f"error: {exc}"
+        failed = RunFailed(str(exc), run_dir, exit_code=2)
+    except Exception as exc:
+        facts["error"] = facts.get("error") or ev.describe_error(exc)
+        facts["ended"] = f"error: {facts['error']}"
+        raise RunFailed(facts["error"], run_dir) from exc
     finally:
         if local_prom is not None:
             local_prom.stop()
-        # Whatever happened, the results so far are written from the merged event log.
-        merged = run_dir / "events.jsonl"
-        if merged.exists():
-            evs = list(ev.read_jsonl(merged))
-            info = next((e for e in evs if e["kind"] == ev.RUN_INFO and "envelope" in e), {})
-            results.write(run_dir, evs, _facts(scn, "ray", tdf, info.get("envelope", "unknown")))
-    events = list(ev.read_jsonl(run_dir / "events.jsonl"))
+        # Whatever happened, the results so far are written from the event log, with how the run ended.
+        summary = _write_real(scn, run_dir, tdf, facts)
+    if failed is not None:
+        raise failed
+    return summary
+
+
+def _write_real(scn: Scenario, run_dir: Path, tdf: float, facts: dict) -> dict:
+    merged = run_dir / "events.jsonl"
+    if not merged.exists():
+        ev.merge(sorted((run_dir / "events").glob("*.jsonl")), merged)
+    events = list(ev.read_jsonl(merged))
+    envelope = facts.get("envelope") or next(
+        (e["envelope"] for e in events if e["kind"] == ev.RUN_INFO and "envelope" in e), "unknown"
+    )
     extra = {
-        "ended": facts.get("ended"),
+        "ended": facts.get("ended") or "error: the run stopped without saying why",
+        "error": facts.get("error"),
         "run_id": facts.get("run_id"),
         "startup_s": facts.get("startup_s"),
         "phases_s": facts.get("phases_s"),
@@ -116,7 +374,7 @@ def run_once(
         "nodes_down": facts.get("nodes_down"),
         "host_cores": host_cores(),
     }
-    return results.write(run_dir, events, _facts(scn, "ray", tdf, facts.get("envelope", "unknown")), extra)
+    return results.write(run_dir, events, results.facts_of(scn, "ray", tdf, envelope), extra)
 
 
 def run(
@@ -146,7 +404,7 @@ def _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice) -> li
     from testbed import sweep
 
     if backend not in BACKENDS:
-        raise ValueError(f"--backend: unknown backend '{backend}'; known: {', '.join(BACKENDS)}")
+        raise PreflightError(f"--backend: unknown backend '{backend}'; known: {', '.join(BACKENDS)}")
     say = notice or (lambda text: None)
     variants = sweep.variants(scn)  # all checked before anything runs
     for v in variants:
@@ -175,7 +433,8 @@ def _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice) -> li
             except Exception as exc:  # noqa: BLE001 - recorded with the variant; the sweep goes on
                 res.status = sweep.FAILED
                 where = f" (repetition {len(res.summaries) + 1})" if reps > 1 else ""
-                res.error = f"{type(exc).__name__}: {exc}{where}"
+                what = str(exc) if isinstance(exc, RunFailed) else f"{type(exc).__name__}: {exc}"
+                res.error = f"{what}{where}"
                 vdir.mkdir(parents=True, exist_ok=True)
                 (vdir / "error.txt").write_text(traceback.format_exc())
                 say(f"variant {v.name} failed: {res.error}; the sweep goes on")

@@ -8,19 +8,46 @@ import copy
 import difflib
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from testbed.jobs import WAIT_MODES, check_pattern
-from testbed.profiles import get as get_profile
+from testbed.apps import registry as kinds
 from testbed.schedulers import registry
 from testbed.schedulers.base import PolicyConfigError
 
 
 class ScenarioError(ValueError):
-    """The scenario cannot be used; the message names the field(s) and the fix."""
+    """The scenario cannot be used; the message names the field(s) and the fix.
+
+    ``problems`` holds one line per problem (each names its field); the message is that one line, or a
+    header and one indented line per problem when there are several."""
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        if not problems:
+            # One problem is one line, whatever the user's text in it holds (a newline, or a control
+            # character that str.splitlines() breaks at).
+            message = " ".join(message.split())
+        super().__init__(message)
+        self.problems = list(problems) if problems else [message]
+
+    @classmethod
+    def listing(cls, header: str, problems: list[str]) -> ScenarioError:
+        # A problem is one line: a message with a newline in it (a library's) would read as two problems.
+        problems = [" ".join(p.split()) for p in problems]
+        if len(problems) == 1:
+            return cls(f"{header}: {problems[0]}", problems)
+        return cls(f"{header}: {len(problems)} problems:\n  " + "\n  ".join(problems), problems)
 
 
 class _Model(BaseModel):
@@ -130,51 +157,22 @@ class SchedulerConfig(_Model):
         return self
 
 
-class AppConfig(_Model):
-    """The synthetic program of paper 002 (fig. 6). gcomp is in work units (1 unit = 1 ms of the worker's
-    own CPU time on a node of rate 1.0); each of the gio writes takes at least io_time_ms emulated.
+def _app_union():
+    """The type of an ``app:`` section: every registered program kind's config model (apps/registry.py),
+    told apart by ``kind`` (absent: the default kind)."""
 
-    Paper 000's best-effort process: ``pattern`` (barrier | ring | neighbour | alltoall | rank0), with
-    ``msgs`` rounds of ``msg_bytes``-byte messages per iteration. ``profile`` (EP, BT, LU, MG, SP, CG, IS;
-    testbed/profiles.py) fills the fields it defines; fields given explicitly override it. Memory is the
-    job's (``memory_mb`` of the job entry or generator class), not the app's."""
+    def kind_of(v):
+        return (v.get("kind") if isinstance(v, dict) else getattr(v, "kind", None)) or kinds.DEFAULT
 
-    kind: Literal["synthetic"] = "synthetic"
-    iterations: int = Field(10, ge=1)
-    gcomp: float = Field(100.0, ge=0)
-    gio: int = Field(0, ge=0)
-    io_bytes: int = Field(8193, ge=1)
-    io_time_ms: float = Field(1.0, ge=0)
-    barrier: bool = True
-    wait_mode: Literal["spin", "block", "spin-block"] = "block"
-    spin_time_us: float = Field(300.0, ge=0)
-    pattern: Literal["barrier", "ring", "neighbour", "alltoall", "rank0"] = "barrier"
-    msg_bytes: int = Field(0, ge=0, description="payload of each point-to-point message (not barrier)")
-    msgs: int = Field(1, ge=0, description="rounds of the pattern per iteration")
-    profile: str | None = Field(None, description="NAS-like profile: EP, BT, LU, MG, SP, CG or IS")
+    members = tuple(Annotated[k.Config, Tag(k.name)] for k in kinds.all_kinds())
+    return Annotated[Union[members], Discriminator(kind_of)]  # noqa: UP007 - built at run time
 
-    @field_validator("profile")
-    @classmethod
-    def _profile_known(cls, v):
-        return None if v is None else get_profile(v).name  # ValueError naming the known profiles
 
-    @model_validator(mode="after")
-    def _does_something(self):
-        f = self.resolved()
-        if f["gcomp"] == 0 and f["gio"] == 0:
-            raise ValueError("gcomp and gio are both 0: the job would do no work; set one of them above 0")
-        check_pattern(f["pattern"], f["msg_bytes"], f["msgs"], f["barrier"])
-        return self
+AppSection = _app_union()
 
-    def resolved(self) -> dict:
-        """The SyntheticApp fields (memory aside): the profile's, then the fields given explicitly."""
-        fields = self.model_dump(exclude={"kind", "profile"})
-        if self.profile is None:
-            return fields
-        out = {**fields, **get_profile(self.profile).app_fields()}
-        for name in self.model_fields_set - {"kind", "profile"}:
-            out[name] = fields[name]
-        return out
+
+def _default_app():
+    return kinds.get(kinds.DEFAULT).Config()
 
 
 class JobEntry(_Model):
@@ -182,7 +180,7 @@ class JobEntry(_Model):
     submit_s: float = Field(0.0, ge=0, description="arrival, emulated seconds after start")
     size: int = Field(..., ge=1)
     job_class: str | None = None
-    app: AppConfig = Field(default_factory=AppConfig)
+    app: AppSection = Field(default_factory=_default_app)
     estimate_s: float | None = Field(None, gt=0)
     memory_mb: float = Field(
         0.0, ge=0, description="per process, allocated for real by each worker; unset: the profile's, else 0"
@@ -190,9 +188,9 @@ class JobEntry(_Model):
     exclusive: bool = False
 
     def memory(self) -> float:
-        """The job's memory per process: explicit, else the app profile's for this size, else 0."""
-        if "memory_mb" not in self.model_fields_set and self.app.profile is not None:
-            return get_profile(self.app.profile).memory_mb(self.size)
+        """The job's memory per process: explicit, else the program's own for this size (a profile's)."""
+        if "memory_mb" not in self.model_fields_set:
+            return kinds.get(self.app.kind).memory_mb(self.app, self.size)
         return self.memory_mb
 
 
@@ -204,15 +202,13 @@ class JobClass(_Model):
 
     name: str
     weight: float = Field(1.0, gt=0)
-    app: AppConfig = Field(default_factory=AppConfig)
+    app: AppSection = Field(default_factory=_default_app)
     memory_mb: float | None = Field(None, ge=0, description="per process; null: the profile's, else 0")
 
     def memory(self, size: int) -> float:
         if self.memory_mb is not None:
             return self.memory_mb
-        if self.app.profile is not None:
-            return get_profile(self.app.profile).memory_mb(size)
-        return 0.0
+        return kinds.get(self.app.kind).memory_mb(self.app, size)
 
 
 class DurationDist(_Model):
@@ -249,7 +245,7 @@ class PoissonGenerator(_Model):
     @model_validator(mode="after")
     def _profiles_for_profile_lengths(self):
         if self.duration.dist == "profile":
-            bare = [c.name for c in self.classes if c.app.profile is None]
+            bare = [c.name for c in self.classes if getattr(c.app, "profile", None) is None]
             if bare:
                 raise ValueError(
                     f"duration.dist profile takes each job's length from its app profile, but class(es) "
@@ -258,21 +254,63 @@ class PoissonGenerator(_Model):
         return self
 
 
+class TraceReplay(_Model):
+    """Jobs replayed from an SWF trace (testbed/swf.py): each trace job's arrival, size and run time,
+    scaled, running ``app`` (its length set from the trace: ``ceil(run / step_s)`` iterations computing
+    the run time in all, at rate 1.0; the app's other fields, such as a barrier per iteration, kept)."""
+
+    path: str = Field(..., description="the .swf or .swf.gz file; relative to the scenario file's folder")
+    skip: int = Field(0, ge=0, description="trace jobs skipped first")
+    count: int | None = Field(None, ge=1, description="jobs replayed after the skipped ones (null: all)")
+    time_scale: float = Field(1.0, gt=0, description="multiplies arrival times and run times")
+    arrival_scale: float = Field(
+        1.0, gt=0, description="multiplies arrival times only: below 1 packs the same jobs closer (more load)"
+    )
+    size_scale: float = Field(
+        1.0, gt=0, description="multiplies each job's processors (at least 1, at most the cluster)"
+    )
+    step_s: float = Field(60.0, gt=0, description="emulated seconds of compute per iteration, at most")
+    estimate: Literal["requested", "runtime", "none"] = Field(
+        "requested",
+        description="what backfilling is told: the user's requested time, the real run time, or nothing",
+    )
+    app: AppSection = Field(default_factory=_default_app)
+    job_class: str = "trace"
+
+
 class WorkloadConfig(_Model):
     seed: int = 0
     jobs: list[JobEntry] = Field(default_factory=list)
-    # One generator kind today; the 'kind' field leaves room for Lublin-Feitelson and SWF replay.
     generator: PoissonGenerator | None = None
+    trace: TraceReplay | None = None
 
     @model_validator(mode="after")
     def _not_empty(self):
-        if not self.jobs and self.generator is None:
-            raise ValueError("no jobs: give workload.jobs (a list) or workload.generator")
+        if not self.jobs and self.generator is None and self.trace is None:
+            raise ValueError("no jobs: give workload.jobs (a list), workload.generator or workload.trace")
         ids = [j.id for j in self.jobs if j.id is not None]
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:
             raise ValueError(f"duplicate job id(s) {', '.join(dup)}; give every job its own id")
         return self
+
+
+class FaultEvent(_Model):
+    at_s: float = Field(..., ge=0, description="emulated seconds after start")
+    node: int = Field(..., ge=0)
+    kind: Literal["down", "up"] = Field(..., description="down: the node fails (its processes die); up: back")
+
+
+class FaultsConfig(_Model):
+    """Node failures: scripted ones (``script``), and what becomes of the jobs running on a node that
+    goes down, scripted or not (an agent that dies): ``fail`` them, or ``requeue`` them to start again
+    from the beginning."""
+
+    on_node_down: Literal["fail", "requeue"] = "fail"
+    script: list[FaultEvent] = Field(default_factory=list)
+
+    def as_tuples(self) -> list[tuple[float, int, str]]:
+        return [(f.at_s, f.node, f.kind) for f in self.script]
 
 
 class SweepVariant(_Model):
@@ -310,6 +348,7 @@ class Scenario(_Model):
     wall_limit_s: float = Field(1800.0, gt=0, description="real-time guard for the whole run")
     repetitions: int = Field(1, ge=1, le=1000)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
+    faults: FaultsConfig = Field(default_factory=FaultsConfig)
     sweep: list[SweepVariant] | None = Field(
         None,
         description="variants run on the same workload and compared (testbed.sweep): a list of "
@@ -340,6 +379,19 @@ class Scenario(_Model):
                 f"workload.generator.size.max ({g.size.max}) is above cluster.nodes ({self.cluster.nodes}); "
                 "lower it or add nodes"
             )
+        state: dict[int, str] = {}
+        for i, f in sorted(enumerate(self.faults.script), key=lambda e: (e[1].at_s, e[0])):
+            where = f"faults.script.{i}"
+            if f.node >= self.cluster.nodes:
+                raise ValueError(
+                    f"{where}.node: node {f.node} does not exist (nodes 0..{self.cluster.nodes - 1})"
+                )
+            if state.get(f.node, "up") == f.kind:
+                raise ValueError(
+                    f"{where}: node {f.node} is already {f.kind} at {f.at_s:g} s; "
+                    "each node alternates down and up"
+                )
+            state[f.node] = f.kind
         return self
 
 
@@ -353,6 +405,9 @@ def _fields_of(model: type[BaseModel], loc: tuple) -> list[str]:
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
+        if part in kinds.names() and part not in getattr(cur, "model_fields", {}):
+            cur = kinds.get(part).Config  # the tag of an app section: that kind's fields
+            continue
         fld = getattr(cur, "model_fields", {}).get(part)
         if fld is None:
             return []
@@ -365,13 +420,31 @@ def _fields_of(model: type[BaseModel], loc: tuple) -> list[str]:
     return sorted(getattr(cur, "model_fields", {}))
 
 
-def _format_errors(exc: ValidationError) -> str:
+def _format_errors(exc: ValidationError) -> list[str]:
     lines = []
+    kind_names = set(kinds.names())
     for err in exc.errors():
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in ("poisson",)))
+        raw = err["loc"]
+        # A generator's kind tag ("poisson") and an app section's ("synthetic") sit in the location of their
+        # errors: not fields the user wrote.
+        loc = tuple(
+            p
+            for i, p in enumerate(raw)
+            if not (
+                i
+                and (
+                    (p == "poisson" and raw[i - 1] == "generator")
+                    or (p in kind_names and raw[i - 1] == "app")
+                )
+            )
+        )
         where = ".".join(str(p) for p in loc) or "(top level)"
-        if err["type"] == "extra_forbidden":
-            known = _fields_of(Scenario, loc)
+        if err["type"] == "union_tag_invalid":
+            known = ", ".join(kinds.names())
+            tag = err["ctx"]["tag"]
+            lines.append(f"{where}.kind: unknown program kind '{tag}'; known kinds: {known} (`testbed apps`)")
+        elif err["type"] == "extra_forbidden":
+            known = _fields_of(Scenario, err["loc"])
             near = difflib.get_close_matches(str(loc[-1]), known, n=1)
             hint = f"did you mean '{near[0]}'? " if near else ""
             lines.append(f"{where}: unknown field; {hint}known fields here: {', '.join(known)}")
@@ -381,10 +454,11 @@ def _format_errors(exc: ValidationError) -> str:
             msg = err["msg"].removeprefix("Value error, ")
             got = err.get("input")
             shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
-            # A model-level check may name a deeper field itself ("scheduler.name: ...").
-            named = re.match(r"^[\w.]+: ", msg) and msg.startswith(where)
-            lines.append(f"{msg}{shown}" if named else f"{where}: {msg}{shown}")
-    return "invalid scenario:\n  " + "\n  ".join(lines)
+            # A model-level check may name a deeper field itself ("scheduler.name: ..."), one line each
+            # ("scheduler.params.mpl: ...", a line per bad parameter).
+            named = re.match(r"^[\w.]+: ", msg) and (not loc or msg.startswith(where))
+            lines.extend(f"{msg}{shown}".splitlines() if named else [f"{where}: {msg}{shown}"])
+    return lines
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -397,7 +471,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"--set {key}: value {raw!r} is not valid YAML ({exc.problem})") from None
+        raise ScenarioError(f"--set {key}: value {raw!r} is not valid YAML ({_yaml_problem(exc)})") from None
     return path, value
 
 
@@ -426,30 +500,80 @@ def apply_override(doc: dict, path: list[str], value: Any) -> None:
         cur[last] = value
 
 
-def load(path: str | Path | None = None, overrides: list[str] = (), doc: dict | None = None) -> Scenario:
+def _yaml_problem(exc: Exception) -> str:
+    """One line for a YAML error: what is wrong and where (PyYAML's own text spans several lines)."""
+    problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or getattr(exc, "context", None)
+    mark = getattr(exc, "problem_mark", None)
+    if problem is None:
+        problem = f"{type(exc).__name__}: {exc}"
+    at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    if mark is None and getattr(exc, "position", None) is not None:
+        at = f" at character {exc.position}"
+    return " ".join(f"{problem}{at}".split())
+
+
+def _read_doc(p: Path) -> dict:
+    """The YAML document of scenario file ``p``; every way it can be unusable is one ScenarioError line."""
+    if not p.exists():
+        raise ScenarioError(f"scenario file {p} does not exist")
+    if p.is_dir():
+        inside = sorted(q.name for q in p.glob("*.yaml"))[:5]
+        hint = f" (it holds {', '.join(inside)})" if inside else ""
+        raise ScenarioError(f"scenario file {p} is a directory; give a YAML file{hint}")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(
+            f"{p}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+            "save the scenario as UTF-8"
+        ) from None
+    except OSError as exc:
+        raise ScenarioError(f"{p}: cannot read it: {exc.strerror or exc}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
+        # ValueError: a scalar YAML resolves but Python refuses (a date such as 2024-13-01).
+        raise ScenarioError(f"{p}: not valid YAML: {_yaml_problem(exc)}") from None
     if doc is None:
-        p = Path(path)
-        if not p.exists():
-            raise ScenarioError(f"scenario file {p} does not exist")
-        try:
-            doc = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ScenarioError(f"{p}: not valid YAML: {exc}") from None
-        if not isinstance(doc, dict):
-            raise ScenarioError(f"{p}: the top level must be a mapping (cluster:, scheduler:, workload: ...)")
-        doc.setdefault("name", p.stem)
+        doc = {}
+    if not isinstance(doc, dict):
+        raise ScenarioError(f"{p}: the top level must be a mapping (cluster:, scheduler:, workload: ...)")
+    doc.setdefault("name", p.stem)
+    return doc
+
+
+def load(path: str | Path | None = None, overrides: list[str] = (), doc: dict | None = None) -> Scenario:
+    """The validated scenario from a file (or ``doc``) with ``--set`` overrides applied; anything wrong
+    with it raises :class:`ScenarioError` naming the field and the fix."""
+    if doc is None:
+        doc = _read_doc(Path(path))
+    elif not isinstance(doc, dict):
+        raise ScenarioError("the top level must be a mapping (cluster:, scheduler:, workload: ...)")
     doc = copy.deepcopy(doc)  # overrides must not leak into the caller's document
     for text in overrides:
         apply_override(doc, *parse_override(text))
+    _resolve_trace(doc, Path(path).parent if path is not None else Path.cwd())
     try:
         scn = Scenario.model_validate(doc)
     except ValidationError as exc:
-        raise ScenarioError(_format_errors(exc)) from None
+        raise ScenarioError.listing("invalid scenario", _format_errors(exc)) from None
     if scn.sweep:
         from testbed.sweep import variants
 
         variants(scn)  # every variant is checked up front; ScenarioError names the variant and field
     return scn
+
+
+def _resolve_trace(doc: dict, base: Path) -> None:
+    """A trace path is relative to the scenario file's folder (the working directory without a file);
+    it must name a file."""
+    trace = (doc.get("workload") or {}).get("trace") if isinstance(doc.get("workload"), dict) else None
+    if not isinstance(trace, dict) or not isinstance(trace.get("path"), str):
+        return
+    full = (base / trace["path"]).resolve()
+    if not full.is_file():
+        raise ScenarioError(f"workload.trace.path: no file {full}; give an SWF trace (.swf or .swf.gz)")
+    trace["path"] = str(full)
 
 
 def effective_tdf(scn: Scenario, cores: int | None = None) -> float:
@@ -461,4 +585,4 @@ def effective_tdf(scn: Scenario, cores: int | None = None) -> float:
     return float(scn.clock.tdf)
 
 
-__all__ = ["Scenario", "ScenarioError", "load", "effective_tdf", "WAIT_MODES"]
+__all__ = ["Scenario", "ScenarioError", "load", "effective_tdf"]

@@ -42,9 +42,10 @@ METRICS = (
     "makespan_s",
     "energy_j",
 )
-#: Compared when some variant's summary has them: the share of paired quanta (paired gang), and the
-#: per-class progress rates (``barriers_per_s.<class>``, paper 002).
-OPTIONAL_METRICS = ("quanta_paired_fraction",)
+#: Compared when some variant's summary has them: the share of paired quanta (paired gang), the share of
+#: jobs rejected and of deadlines missed (admission control, real-time classes), and the per-class
+#: progress rates (``barriers_per_s.<class>``, paper 002).
+OPTIONAL_METRICS = ("quanta_paired_fraction", "reject_ratio", "deadline_miss_ratio")
 
 
 def is_metric(name: str) -> bool:
@@ -213,10 +214,9 @@ def _job_fingerprint(scn: Scenario) -> list[tuple]:
 
     out = []
     for j in build(scn):
-        app = j.app.to_dict()
+        app = j.app.model_dump()
         app.pop("wait_mode", None)
         app.pop("spin_time_us", None)
-        app.pop("send_wait", None)
         out.append((j.spec, tuple(sorted(app.items()))))
     return out
 
@@ -243,8 +243,7 @@ def variants(scn: Scenario) -> list[Variant]:
                 apply_override(doc, key.split("."), copy.deepcopy(value))
             vs = load(doc=doc)
         except ScenarioError as exc:
-            msg = str(exc).removeprefix("invalid scenario:\n  ").replace("--set ", "set ")
-            errors.extend(f"variant '{sv.name}': {line.strip()}" for line in msg.splitlines())
+            errors.extend(f"variant '{sv.name}': {p.replace('--set ', 'set ')}" for p in exc.problems)
             continue
         wl = [k for k in sv.set if k.split(".")[0] == "workload"]
         if wl:
@@ -253,7 +252,7 @@ def variants(scn: Scenario) -> list[Variant]:
             )
         built.append(Variant(sv.name, dict(sv.set), vs, tuple(notes)))
     if errors:
-        raise ScenarioError("invalid sweep:\n  " + "\n  ".join(errors))
+        raise ScenarioError.listing("invalid sweep", errors)
     # Same seed, same jobs: say so when a variant's keys change the jobs without naming the workload
     # (cluster.cpu_rate, for instance, changes how many iterations a drawn duration is). A scheduler key
     # changes only the wait mode, which the fingerprint leaves out, so those variants are not rebuilt.

@@ -2,69 +2,59 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from testbed import profiles
-from testbed.jobs import Job, SyntheticApp
-from testbed.scenario import AppConfig, Scenario
+from testbed.apps import profiles
+from testbed.apps import registry as kinds
+from testbed.apps.base import AppConfig, WaitSpec
+from testbed.jobs import Job
+from testbed.scenario import Scenario
 from testbed.schedulers import registry
 from testbed.schedulers.base import JobSpec, job_wait
 
 
-def _app(
-    cfg: AppConfig, scn: Scenario, iterations: int | None = None, memory_mb: float = 0.0
-) -> SyntheticApp:
-    fields = cfg.resolved()  # the profile's fields, overridden by those given explicitly
-    # One source of truth for memory: the job's (JobEntry / JobClass), which also becomes JobSpec.memory_mb.
-    fields["memory_mb"] = memory_mb
-    if iterations is not None:
-        fields["iterations"] = iterations
-    # A coscheduling scheme ties the receive wait mode to itself (paper 003, table 1); a job keeps its own
-    # only where the scheduler allows it and the scenario set it explicitly.
-    fields["wait_mode"], fields["spin_time_us"] = job_wait(
-        registry.get(scn.scheduler.name),
-        scn.scheduler.params,
-        wait_mode=cfg.wait_mode,
-        spin_time_us=cfg.spin_time_us,
-        explicit="wait_mode" in cfg.model_fields_set,
-    )
-    # ... and so does the sender's wait for the NIC's acknowledgement (CC); "none" under every other one.
-    fields["send_wait"] = registry.get(scn.scheduler.name).send_wait
-    return SyntheticApp(**fields)
+def _wait(cfg: AppConfig, scn: Scenario) -> WaitSpec:
+    """How the job's processes wait. A coscheduling scheme ties the receive wait mode to itself (paper 003,
+    table 1); a job keeps its own only where the scheduler allows it and the scenario set it explicitly;
+    the sender's wait for the NIC's acknowledgement is the scheduler's ("none" but under CC)."""
+    sched = registry.get(scn.scheduler.name)
+    asked = kinds.get(cfg.kind).wait_request(cfg)
+    mode, spin, explicit = asked if asked is not None else ("block", 300.0, False)
+    mode, spin = job_wait(sched, scn.scheduler.params, wait_mode=mode, spin_time_us=spin, explicit=explicit)
+    return WaitSpec(mode, spin, sched.send_wait)
 
 
 def _profile_sizes(cfg: AppConfig, lo: int, hi: int) -> list[int]:
     """A profile's process counts within [lo, hi]; empty without a profile (or if none fits)."""
-    if cfg.profile is None:
+    name = getattr(cfg, "profile", None)
+    if name is None:
         return []
-    return [s for s in profiles.get(cfg.profile).sizes if lo <= s <= hi]
-
-
-def _class_of(app: SyntheticApp) -> str:
-    if app.gio and app.gcomp == 0:
-        return "io"
-    if app.gio:
-        return "mixed"
-    return "compute"
+    return [s for s in profiles.get(name).sizes if lo <= s <= hi]
 
 
 def build(scn: Scenario) -> list[Job]:
     rate = scn.cluster.cpu_rate
     jobs: list[Job] = []
     for i, entry in enumerate(scn.workload.jobs):
-        app = _app(entry.app, scn, memory_mb=entry.memory())
+        kind = kinds.get(entry.app.kind)
+        app = kind.resolve(entry.app)
+        estimate = entry.estimate_s if entry.estimate_s is not None else kind.ideal_runtime(app, rate)
+        job_class = entry.job_class or getattr(entry.app, "profile", None) or kind.default_class(app)
         jobs.append(
             Job(
                 JobSpec(
                     job_id=entry.id or f"j{i}",
                     size=entry.size,
                     submit_time=entry.submit_s,
-                    estimate=entry.estimate_s if entry.estimate_s is not None else app.ideal_runtime(rate),
-                    memory_mb=app.memory_mb,
+                    estimate=estimate,
+                    memory_mb=entry.memory(),
                     exclusive=entry.exclusive,
-                    job_class=entry.job_class or entry.app.profile or _class_of(app),
+                    job_class=job_class,
                 ),
                 app,
+                _wait(entry.app, scn),
             )
         )
     gen = scn.workload.generator
@@ -74,10 +64,12 @@ def build(scn: Scenario) -> list[Job]:
         weights /= weights.sum()
         t = gen.start_s
         base = len(jobs)
+        waits = {id(c): _wait(c.app, scn) for c in gen.classes}
         for k in range(gen.count):
             if k:
                 t += rng.exponential(gen.mean_interarrival_s)
             cls = gen.classes[int(rng.choice(len(gen.classes), p=weights))]
+            wait = waits[id(cls)]
             d = gen.duration
             if d.dist == "exponential":
                 dur = rng.exponential(d.mean_s)
@@ -92,24 +84,64 @@ def build(scn: Scenario) -> list[Job]:
                 size = sizes[int(rng.integers(len(sizes)))]
             else:
                 size = int(rng.integers(gen.size.min, gen.size.max + 1))
+            kind = kinds.get(cls.app.kind)
+            app = kind.resolve(cls.app)
             if dur is None:
-                iterations = max(1, round(profiles.get(cls.app.profile).iterations() * d.scale))
+                app = kind.with_profile_length(app, cls.app.profile, d.scale)
             else:
-                per_iter = _app(cls.app, scn, iterations=1).ideal_runtime(rate)
-                iterations = max(1, round(dur / per_iter)) if per_iter > 0 else 1
-            app = _app(cls.app, scn, iterations=iterations, memory_mb=cls.memory(size))
+                app = kind.with_duration(app, dur, rate)
             jobs.append(
                 Job(
                     JobSpec(
                         job_id=f"j{base + k}",
                         size=size,
                         submit_time=round(float(t), 6),
-                        estimate=app.ideal_runtime(rate),
-                        memory_mb=app.memory_mb,
+                        estimate=kind.ideal_runtime(app, rate),
+                        memory_mb=cls.memory(size),
                         job_class=cls.name,
                     ),
                     app,
+                    wait,
                 )
             )
+    if scn.workload.trace is not None:
+        jobs.extend(_replay(scn.workload.trace, scn.cluster.nodes, scn))
     jobs.sort(key=lambda j: (j.spec.submit_time, j.job_id))
     return jobs
+
+
+def _replay(tr, nodes: int, scn: Scenario) -> list[Job]:
+    """The trace's jobs (testbed/swf.py), arrivals from the first replayed job's, scaled; jobs that did not
+    run (run time or processors unknown or 0) are left out."""
+    from testbed import swf
+
+    kind = kinds.get(tr.app.kind)
+    template = kind.resolve(tr.app)
+    wait = _wait(tr.app, scn)
+    out: list[Job] = []
+    t0 = None
+    usable = (j for j in swf.read(tr.path) if j.run > 0 and j.procs > 0)
+    for i, tj in enumerate(usable):
+        if i < tr.skip:
+            continue
+        if tr.count is not None and len(out) >= tr.count:
+            break
+        t0 = tj.submit if t0 is None else t0
+        run = tj.run * tr.time_scale
+        steps = max(1, math.ceil(run / tr.step_s))
+        app = kind.with_work(template, run, steps)
+        if tr.estimate == "requested" and tj.req_time is not None:
+            estimate = tj.req_time * tr.time_scale
+        elif tr.estimate == "none":
+            estimate = None
+        else:
+            estimate = kind.ideal_runtime(app, scn.cluster.cpu_rate)
+        spec = JobSpec(
+            job_id=f"t{tj.job}",
+            size=min(nodes, max(1, round(tj.procs * tr.size_scale))),
+            submit_time=round((tj.submit - t0) * tr.time_scale * tr.arrival_scale, 6),
+            estimate=estimate,
+            job_class=tr.job_class,
+        )
+        out.append(Job(spec, app, wait))
+    return out

@@ -38,18 +38,19 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from testbed import events as ev
-from testbed.events import EventWriter
-from testbed.jobs import WORK_UNIT_S, Job, pattern_plan
+from testbed.apps.base import Collective, Compute, Progress, Recv, Send, SimContext, Sleep
+from testbed.core import FINAL, DecisionCore
+from testbed.jobs import Job
 from testbed.schedulers.base import (
     CollectiveEnter,
     CollectiveLeave,
     Dispatch,
-    GlobalAction,
     GlobalPolicy,
     LocalDecision,
     LocalEvent,
@@ -61,12 +62,11 @@ from testbed.schedulers.base import (
     ProcExited,
     ReceiverBlocked,
     ReceiverWaiting,
-    Reject,
+    RunAll,
     Scheduler,
     SenderBlocked,
     SenderWoken,
     SlotStart,
-    Start,
     Timer,
 )
 
@@ -85,14 +85,9 @@ EPS = 1e-9
 KILLED_REASON = ev.DURATION_REACHED
 STALL_LIMIT = 20_000  # periodic events in a row with nothing else pending: nothing can progress
 
-# Process phases. _LEAVE and _ROUND_END follow a completed receive, after the sends that go with it (a
-# sender that waits for acknowledgements may spend time there).
-_COMPUTE, _IO, _BARRIER, _WAIT, _DONE, _XWAIT, _LEAVE, _ROUND_END = range(8)
-_WAITING = (_WAIT, _XWAIT)  # waiting for a message: in a barrier, or in a point-to-point round
-
 # Heap event kinds. Periodic ones (ticks, slot switches, timers) recur on their own and cannot by
 # themselves show progress; the rest can.
-_SUBMIT, _COMPLETE, _IO_DONE, _MSG, _SPIN_END, _TICK, _SLOT, _TIMER, _ACK, _ACK_SPIN_END = range(10)
+_SUBMIT, _COMPLETE, _IO_DONE, _MSG, _SPIN_END, _TICK, _SLOT, _TIMER, _ACK, _ACK_SPIN_END, _FAULT = range(11)
 _PERIODIC = (_TICK, _SLOT, _TIMER)
 
 
@@ -101,43 +96,45 @@ def cfs_weight(nice: int) -> int:
 
 
 class _JobRun:
-    __slots__ = ("job", "procs", "exited", "state", "nodes")
+    """The processes of one start of a job (a requeued job gets a new one when it starts again)."""
+
+    __slots__ = ("job", "procs")
 
     def __init__(self, job: Job) -> None:
         self.job = job
         self.procs: list[_Process] = []
-        self.exited = 0
-        self.state = "new"  # new | queued | running | finished | rejected
-        self.nodes: tuple[int, ...] = ()
 
 
 class _Process:
+    """One process: its kind's model (a generator of operations, apps/base.py) and the state of the
+    operation in progress."""
+
     __slots__ = (
-        "run", "rank", "node", "proc", "app", "size", "phase", "work", "it", "writes_left", "io_busy",
-        "need", "inbox", "spinning", "waiting", "spin_ver", "cpu_s", "barriers", "nice", "allowed",
-        "q_cpu", "q_t0", "q_ran", "plan", "rounds", "rnd", "tag", "tagbox", "post", "outbox", "acking",
-        "ack_spin", "ack_ver",
+        "run", "rank", "node", "proc", "wait", "gen", "op", "begun", "done", "work", "sleeping", "need",
+        "tag", "inbox", "tagbox", "spinning", "waiting", "spin_ver", "cpu_s", "nice", "allowed", "q_cpu",
+        "q_t0", "q_ran", "outbox", "acking", "ack_spin", "ack_ver",
     )  # fmt: skip
 
-    def __init__(self, run: _JobRun, rank: int, node: _Node) -> None:
+    def __init__(self, run: _JobRun, rank: int, node: _Node, ctx: SimContext) -> None:
         self.run = run
         self.rank = rank
         self.node = node
         self.proc = Proc(run.job.job_id, rank)
-        self.app = run.job.app
-        self.size = run.job.spec.size
-        self.phase = _COMPUTE
-        self.work = self.app.gcomp * WORK_UNIT_S
-        self.it = 0  # iterations completed
-        self.writes_left = 0
-        self.io_busy = False
-        self.need = 0  # messages still to consume in this barrier
-        self.inbox = 0  # messages arrived, not consumed
+        self.wait = run.job.wait
+        self.gen = run.job.kind.model(run.job.app, ctx)
+        self.op = None  # the operation in progress; None once the model has no more
+        self.begun = False  # whether the operation in progress has started (its side effects done)
+        self.done = False
+        self.work = 0.0  # CPU work left in a Compute (CPU-seconds at rate 1)
+        self.sleeping = False
+        self.need = 0  # messages still to consume in a Recv
+        self.tag = 0
+        self.inbox = 0  # messages arrived, not consumed (all tags)
+        self.tagbox: dict[int, int] = {}  # the same, by tag
         self.spinning = False  # waiting and burning CPU
-        self.waiting = False  # waiting announced for this barrier
+        self.waiting = False  # waiting announced for this Recv
         self.spin_ver = 0
         self.cpu_s = 0.0
-        self.barriers = 0
         self.nice = 0
         self.allowed = True  # a new process runs unless stopped
         # Utilisation of the current quantum (policies that want it): CPU time and time at its start,
@@ -145,34 +142,32 @@ class _Process:
         self.q_cpu = 0.0
         self.q_t0 = 0.0
         self.q_ran = False
-        # Point-to-point patterns: this rank's plan of one round, rounds so far (the tag is their parity,
-        # as in the worker), the round within the iteration, messages arrived and not consumed by tag, and
-        # the receivers rank 0 of rank0 answers once it has heard from all.
-        p2p = self.app.barrier and self.app.pattern != "barrier"
-        self.plan = pattern_plan(self.app.pattern, rank, self.size) if p2p else None
-        self.rounds = 0
-        self.rnd = 0
-        self.tag = 0
-        self.tagbox = [0, 0]
-        self.post: tuple[_Process, ...] = ()
-        # send_wait: messages still to send one by one (receiver, tag or None for the barrier's), and the
-        # wait for the acknowledgement of the last one sent: on, spinning, its version (stale events).
-        self.outbox: deque[tuple[_Process, int | None]] = deque()
+        # A job whose sends wait for acknowledgements: messages still to send one by one (receiver, bytes,
+        # tag), and the wait for the acknowledgement of the last one sent: on, spinning, its version.
+        self.outbox: deque[tuple[_Process, int, int]] = deque()
         self.acking = False
         self.ack_spin = False
         self.ack_ver = 0
+        self.next_op()
+
+    def next_op(self) -> None:
+        """Asks the model for its next operation. A Compute's work is set at once: it is the process's
+        state from now on, whether or not it is allowed to run."""
+        op = next(self.gen, None)
+        self.op = op
+        self.begun = False
+        if type(op) is Compute:
+            self.work = op.cpu_s
 
     def wants_cpu(self) -> bool:
-        return self.allowed and (
-            self.phase == _COMPUTE or (self.phase in _WAITING and self.spinning) or self.ack_spin
-        )
+        return self.allowed and (type(self.op) is Compute or self.spinning or self.ack_spin)
 
 
 class _Node:
     __slots__ = ("idx", "policy", "msg_events", "procs", "queue", "last", "active", "shares", "ver", "due",
-                 "finishing", "timer_ver", "writer")  # fmt: skip
+                 "finishing", "timer_ver", "src", "lazy_slots", "pending_slot")  # fmt: skip
 
-    def __init__(self, idx: int, policy: LocalPolicy, writer: EventWriter) -> None:
+    def __init__(self, idx: int, policy: LocalPolicy) -> None:
         self.idx = idx
         self.policy = policy
         self.msg_events = bool(type(policy).wants_message_events)
@@ -185,7 +180,11 @@ class _Node:
         self.due = math.inf  # time of the pending completion event
         self.finishing: list[_Process] = []  # the processes that end their compute phase then
         self.timer_ver = 0
-        self.writer = writer
+        self.src = f"node{idx}"  # the log's source name, as the emulator's node agents write it
+        # A policy that keeps only the latest SlotStart gets it when something next happens on an idle
+        # node (LocalPolicy.slot_start_keeps_latest_only), not at every quantum.
+        self.lazy_slots = bool(type(policy).slot_start_keeps_latest_only)
+        self.pending_slot: SlotStart | None = None
 
 
 class Simulation:
@@ -205,7 +204,13 @@ class Simulation:
         switch_skew_s: float = 0.0,
         node_memory_mb: float | None = None,
         bandwidth_Bps: float | None = None,
+        faults: Sequence[tuple[float, int, str]] = (),
+        on_node_down: str = "fail",
+        sink: Callable[[dict], Any] | None = None,
     ) -> None:
+        """``sink(record)`` receives each event as it happens (e.g. a file, so that a run of millions of
+        events, or an interrupted one, keeps its log without holding it); by default they are kept in
+        :attr:`events`."""
         if nodes < 1:
             raise ValueError(f"nodes: a cluster needs at least 1 node, got {nodes}")
         if not cpu_rate > 0:
@@ -220,41 +225,47 @@ class Simulation:
         self.skew = float(switch_skew_s)
         self.duration = duration
         self.events: list[dict] = []
-        self.coord = EventWriter(None, "coordinator")
+        self._sink = sink if sink is not None else self.events.append
+        self.coord = "coordinator"
         self.gp: GlobalPolicy = scheduler.make_global(nodes, params, seed)
         self.gp.set_node_memory(node_memory_mb)
         self._util = bool(type(self.gp).wants_utilization)
-        self.nodes = [
-            _Node(n, scheduler.make_local(n, params, seed), EventWriter(None, f"node{n}"))
-            for n in range(nodes)
-        ]
-        self.runs: dict[str, _JobRun] = {}
-        for job in jobs:
-            if job.job_id in self.runs:
-                raise ValueError(f"jobs: job id {job.job_id!r} appears twice")
-            self.runs[job.job_id] = _JobRun(job)
+        self.nodes = [_Node(n, scheduler.make_local(n, params, seed)) for n in range(nodes)]
+        # The head node (number ``nodes``, outside every policy's view) runs the jobs' head processes
+        # (ProgramKind.head) with plain OS scheduling; it exists only if some job has a head.
+        heads = any(job.kind.head for job in jobs)
+        self.head = _Node(nodes, RunAll(nodes, {}, seed)) if heads else None
+        self._all_nodes = [*self.nodes, self.head] if heads else self.nodes
+        self.core = DecisionCore(
+            jobs, self.gp, scheduler.name, nodes, self, self._emit_job, on_node_down=on_node_down
+        )
+        self.runs: dict[str, _JobRun] = {}  # job id -> its processes, while it runs
         self.now = 0.0
+        self._clock = lambda: self.now  # what a kind's model reads as the time (SimContext.now)
         self._heap: list[tuple] = []
         self._seq = 0
         self._nonperiodic = 0  # non-periodic events in the heap
         self._dirty: dict[int, _Node] = {}
         self._pending_nodes: dict[int, _Node] = {}  # nodes with local events to feed
-        self._finished: deque[_JobRun] = deque()
+        self._exits: deque[_Process] = deque()  # processes that ended by themselves, told to the core
         self._tick_at: float | None = None
         self._tick_ver = 0
         self._asked_global = False
-        self._open = len(self.runs)  # jobs not yet finished or rejected
         for job in jobs:
-            self._push(job.spec.submit_time, _SUBMIT, self.runs[job.job_id])
+            self._push(job.spec.submit_time, _SUBMIT, job.job_id)
+        for at, node, what in faults:
+            if not 0 <= node < nodes or what not in ("down", "up"):
+                raise ValueError(f"faults: ({at}, {node}, {what!r}): needs a node 0..{nodes - 1}, down or up")
+            self._push(at, _FAULT, node, what)
 
     # ----------------------------------------------------------------------------------------------------
     # Event log
 
-    def _emit(self, writer: EventWriter, kind: str, t: float, **fields: Any) -> None:
-        record = writer.emit(kind, t=t, **fields)
-        # There is no real time in a simulation; the emulated time keeps the log deterministic.
-        record["wall"] = record["t"]
-        self.events.append(record)
+    def _emit(self, src: str, kind: str, t: float, **fields: Any) -> None:
+        t = round(t, 9)
+        # The emulator's record (testbed/events.py); there is no real time in a simulation: the emulated
+        # time stands for it and keeps the log deterministic.
+        self._sink({"t": t, "wall": t, "src": src, "kind": kind, **fields})
 
     # ----------------------------------------------------------------------------------------------------
     # Heap
@@ -265,8 +276,13 @@ class Simulation:
             self._nonperiodic += 1
         heapq.heappush(self._heap, (t, self._seq, kind, payload))
 
-    def run(self) -> list[dict]:
+    def run(self, on_status: Callable[[dict], Any] | None = None, every_s: float = 0.25) -> list[dict]:
+        """Runs to the end; returns the events kept (none with a ``sink``). ``on_status(status)`` is called
+        about every ``every_s`` real seconds with the jobs' progress and the emulated time (a progress
+        display), the same shape as the coordinator's status."""
         stalled = 0
+        steps = 0
+        next_status = time.monotonic() + every_s
         same_time_ticks = 0
         handlers = {
             _SUBMIT: self._on_submit,
@@ -279,6 +295,7 @@ class Simulation:
             _TIMER: self._on_timer,
             _ACK: self._on_ack,
             _ACK_SPIN_END: self._on_ack_spin_end,
+            _FAULT: self._on_fault,
         }
         stall_reason = None
         while self._heap:
@@ -301,117 +318,120 @@ class Simulation:
                         f"global policy asks for tick() at {t} again and again (next_tick <= now)"
                     )
             self.now = t
-            if self._open == 0 and kind != _SLOT:
+            if self.core.open == 0 and kind != _SLOT:
                 # Every job ended. Switches already planned still happen on the nodes (and are logged);
                 # timers and ticks could recur forever and change nothing.
                 continue
             handlers[kind](*payload)
             self._settle()
+            steps += 1
+            if on_status is not None and not steps & 0x3FF and time.monotonic() >= next_status:
+                on_status(self.status())
+                next_status = time.monotonic() + every_s
+        if on_status is not None:
+            on_status(self.status())
         if self.duration is not None and (not self._heap or self._heap[0][0] > self.duration):
             self._end(self.duration, KILLED_REASON)
         else:
             self._end(self.now, stall_reason or "simulation stalled: no event left and the job never ended")
         return self.events
 
+    def status(self) -> dict:
+        counts = self.core.counts()
+        final = sum(counts.get(s, 0) for s in FINAL)
+        total = len(self.core.jobs)
+        return {"now": self.now, "counts": counts, "total": total, "final": final, "done": final == total}
+
     def _end(self, t: float, reason: str) -> None:
         """Kills what is left at time ``t`` (the scenario's end)."""
-        live = [r for r in self.runs.values() if r.state in ("queued", "running")]
-        if not live:
+        if self.core.open == 0:
             return
         self.now = t
-        for node in self.nodes:
+        for node in self._all_nodes:
             self._sync(node)
-        for r in live:
-            for p in r.procs:
-                if p.phase != _DONE:
-                    p.phase = _DONE
-                    self._emit(
-                        p.node.writer,
-                        ev.PROC_EXITED,
-                        t,
-                        job=r.job.job_id,
-                        rank=p.rank,
-                        node=p.node.idx,
-                        code=-9,
-                        cpu_s=p.cpu_s,
-                        reason=f"killed: {reason}",
-                    )
-            r.state = "killed"
-            self._emit(self.coord, ev.JOB_KILLED, t, job=r.job.job_id, reason=reason)
+        self.core.end(t, reason)
+
+    def _emit_job(self, kind: str, t: float, **fields: Any) -> None:
+        self._emit(self.coord, kind, t, **fields)
 
     # ----------------------------------------------------------------------------------------------------
-    # Global side
+    # Global side: the simulator as the decision core's backend (testbed/core.py)
 
-    def _on_submit(self, r: _JobRun) -> None:
-        spec = r.job.spec
-        r.state = "queued"
-        self._emit(
-            self.coord, ev.JOB_SUBMITTED, self.now, job=spec.job_id, size=spec.size, job_class=spec.job_class
-        )
-        self._apply_global(self.gp.submit(self.now, spec))
+    def _on_submit(self, job_id: str) -> None:
+        self.core.submit(self.now, job_id)
 
     def _on_tick(self, ver: int) -> None:
         if ver != self._tick_ver:
             return
         self._tick_at = None
-        self._apply_global(self.gp.tick(self.now))
+        self.core.tick(self.now)
 
-    def _apply_global(self, actions: list[GlobalAction]) -> None:
+    def policy_consulted(self) -> None:
         self._asked_global = True  # its next tick may have moved
-        for a in actions:
-            if isinstance(a, Start):
-                self._start(a)
-            elif isinstance(a, Dispatch):
-                self._dispatch(a)
-            elif isinstance(a, Reject):
-                r = self._run_of(a.job_id)
-                r.state = "rejected"
-                self._open -= 1
-                self._emit(self.coord, ev.JOB_REJECTED, self.now, job=a.job_id, reason=a.reason)
-            else:
-                raise TypeError(f"global policy returned {a!r}, not Start, Reject or Dispatch")
 
-    def _run_of(self, job_id: str) -> _JobRun:
-        r = self.runs.get(job_id)
-        if r is None:
-            raise RuntimeError(f"global policy acted on unknown job {job_id!r}")
-        return r
-
-    def _start(self, a: Start) -> None:
-        r = self._run_of(a.job_id)
-        spec = r.job.spec
-        if r.state != "queued":
-            raise RuntimeError(f"global policy started job {a.job_id} in state {r.state}")
-        if len(a.nodes) != spec.size or any(not 0 <= n < len(self.nodes) for n in a.nodes):
-            raise RuntimeError(f"global policy started job {a.job_id} (size {spec.size}) on nodes {a.nodes}")
-        r.state = "running"
-        r.nodes = tuple(a.nodes)
-        self._emit(self.coord, ev.JOB_STARTED, self.now, job=a.job_id, nodes=list(a.nodes))
-        if r.job.app.iterations <= 0:
-            r.procs = []
-            self._finished.append(r)
-            return
-        for rank, n in enumerate(a.nodes):
-            node = self.nodes[n]
-            p = _Process(r, rank, node)
+    def launch(self, job: Job, nodes: tuple[int, ...]) -> None:
+        r = _JobRun(job)
+        self.runs[job.job_id] = r
+        size = job.processes
+        placed = [self.nodes[n] for n in nodes] + ([self.head] if job.kind.head else [])
+        for rank, node in enumerate(placed):
+            n = node.idx
+            p = _Process(r, rank, node, SimContext(rank, size, self._clock))
             r.procs.append(p)
             self._touch(node)
             p.q_t0 = self.now
             node.procs[p.proc] = p
-            self._emit(node.writer, ev.PROC_STARTED, self.now, job=a.job_id, rank=rank, node=n, pid=None)
+            self._emit(node.src, ev.PROC_STARTED, self.now, job=job.job_id, rank=rank, node=n, pid=None)
             self._feed(node, ProcAdded(p.proc))
 
-    def _dispatch(self, d: Dispatch) -> None:
-        self._emit(self.coord, ev.SLOT_PLANNED, self.now, slot=d.slot, at=d.at, rows=list(d.rows))
+    def kill(self, job: Job, nodes: tuple[int, ...], reason: str) -> None:
+        r = self.runs.pop(job.job_id, None)
+        if r is None:
+            return
+        for p in r.procs:
+            if not p.done:
+                self._kill(p, reason)
+
+    def _kill(self, p: _Process, reason: str) -> None:
+        node = p.node
+        self._touch(node)
+        p.done = True
+        p.allowed = False
+        del node.procs[p.proc]
+        self._emit(
+            node.src,
+            ev.PROC_EXITED,
+            self.now,
+            job=p.proc.job_id,
+            rank=p.rank,
+            node=node.idx,
+            code=-9,
+            cpu_s=p.cpu_s,
+            reason=f"killed: {reason}",
+        )
+        self._feed(node, ProcExited(p.proc))
+
+    def dispatch(self, d: Dispatch, nodes: Sequence[int]) -> None:
         spread = self.skew / max(1, len(self.nodes) - 1)
         # One heap entry per distinct switch time, not per node: with no skew, one for the whole cluster.
         by_time: dict[float, list[tuple[_Node, frozenset[str]]]] = {}
-        for n in sorted(d.allowed):
+        for n in sorted(nodes):
             # A deterministic spread: node 0 switches on time, the last node switch_skew_s late.
             effect = max(self.now, d.at + spread * n)
             by_time.setdefault(effect, []).append((self.nodes[n], frozenset(d.allowed[n])))
         for effect, switches in by_time.items():
             self._push(effect, _SLOT, switches, d.slot, d.at)
+
+    def _on_fault(self, node: int, what: str) -> None:
+        if what == "up":
+            self.core.node_up(self.now, node)
+            return
+        if node in self.core.down:
+            return
+        reason = ev.SCRIPTED_FAULT
+        for p in list(self.nodes[node].procs.values()):
+            self._kill(p, f"node {node} went down ({reason})")
+        self.core.node_down(self.now, node, reason)
 
     def _settle(self) -> None:
         """Feeds queued local events and ends finished jobs until nothing is left to do at this instant,
@@ -421,12 +441,12 @@ class Simulation:
                 n = next(iter(self._pending_nodes))
                 self._drain(self._pending_nodes.pop(n))
                 continue
-            if self._finished:
-                r = self._finished.popleft()
-                r.state = "finished"
-                self._open -= 1
-                self._emit(self.coord, ev.JOB_FINISHED, self.now, job=r.job.job_id)
-                self._apply_global(self.gp.finished(self.now, r.job.job_id))
+            if self._exits:
+                p = self._exits.popleft()
+                job_id = p.proc.job_id
+                self.core.rank_exited(self.now, job_id, p.rank, ok=True)
+                if self.core.jobs[job_id].state in FINAL:
+                    self.runs.pop(job_id, None)
                 continue
             break
         for node in self._dirty.values():
@@ -457,7 +477,7 @@ class Simulation:
             for p, share in zip(node.active, node.shares, strict=True):
                 used = share * dt
                 p.cpu_s += used
-                if p.phase == _COMPUTE:
+                if type(p.op) is Compute:
                     p.work -= used * rate
         node.last = self.now
 
@@ -468,7 +488,11 @@ class Simulation:
             self._dirty[node.idx] = node
 
     def _replan(self, node: _Node) -> None:
-        active = [p for p in node.procs.values() if p.wants_cpu()]
+        active = [
+            p
+            for p in node.procs.values()
+            if p.allowed and (type(p.op) is Compute or p.spinning or p.ack_spin)  # p.wants_cpu(), inlined
+        ]
         node.active = active
         node.finishing = []
         if not active:
@@ -485,7 +509,7 @@ class Simulation:
             left = [
                 (max(0.0, p.work) / (share * rate), p)
                 for p, share in zip(active, node.shares, strict=True)
-                if p.phase == _COMPUTE
+                if type(p.op) is Compute
             ]
             soonest = min((dt for dt, _ in left), default=math.inf)
             due = self.now + soonest
@@ -507,7 +531,7 @@ class Simulation:
         node.due = math.inf
         self._touch(node)
         for p in node.finishing:
-            if p.phase == _COMPUTE:
+            if type(p.op) is Compute:
                 p.work = 0.0
         self._pending_nodes[node.idx] = node
 
@@ -524,6 +548,9 @@ class Simulation:
         until neither produces anything new. Events go first so that a process the policy stops on
         arrival (ProcAdded) or on a message takes no step it was not allowed."""
         queue = node.queue
+        if node.pending_slot is not None:
+            queue.appendleft(node.pending_slot)  # it came before anything queued since
+            node.pending_slot = None
         while True:
             while queue:
                 self._apply_local(node, node.policy.on_event(self.now, queue.popleft()))
@@ -552,8 +579,13 @@ class Simulation:
     def _on_slot(self, switches: list[tuple[_Node, frozenset[str]]], slot: int, at: float) -> None:
         late_ms = (self.now - at) * 1000.0
         for node, allowed in switches:
+            if node.lazy_slots and not node.procs and not node.queue:
+                # Nothing runs here to switch: the policy hears of the slot when something next happens
+                # on the node, and the log records switches of nodes that had something to switch.
+                node.pending_slot = SlotStart(slot, allowed)
+                continue
             self._emit(
-                node.writer,
+                node.src,
                 ev.SLOT_SWITCH,
                 self.now,
                 node=node.idx,
@@ -579,30 +611,29 @@ class Simulation:
             p.q_t0 = self.now
             p.q_ran = False
         for job_id, rank, util, interval in reports:
-            self._apply_global(self.gp.utilization(self.now, job_id, rank, util, interval))
+            self.core.utilization(self.now, job_id, rank, util, interval)
 
     def _on_io_done(self, p: _Process) -> None:
-        if p.phase == _DONE:
+        if p.done:
             return
         self._touch(p.node)
-        p.io_busy = False
+        p.sleeping = False
         self._pending_nodes[p.node.idx] = p.node
 
-    def _on_msg(self, receivers: Sequence[_Process], src_rank: int, tag: int | None = None) -> None:
+    def _on_msg(self, receivers: Sequence[_Process], src_rank: int, tag: int) -> None:
         for p in receivers:
-            if p.phase == _DONE:
+            if p.done:
                 continue
             node = p.node
             self._touch(node)
             p.inbox += 1
-            if tag is not None:
-                p.tagbox[tag] += 1
+            p.tagbox[tag] = p.tagbox.get(tag, 0) + 1
             if node.msg_events:
                 node.queue.append(MessageArrived(p.proc, src_rank, p.inbox))
             self._pending_nodes[node.idx] = node
 
     def _on_spin_end(self, p: _Process, ver: int) -> None:
-        if ver != p.spin_ver or p.phase not in _WAITING or not p.spinning:
+        if ver != p.spin_ver or type(p.op) is not Recv or not p.spinning:
             return
         node = p.node
         self._touch(node)
@@ -611,50 +642,44 @@ class Simulation:
             node.queue.append(ReceiverBlocked(p.proc))
         self._pending_nodes[node.idx] = node
 
-    def _send(self, p: _Process, receivers: Sequence[_Process]) -> None:
-        """Messages sent together arrive together: one heap entry for all of them (a sender that waits
-        for acknowledgements sends them one by one instead, from ``_advance``)."""
-        if p.app.send_wait != "none":
-            p.outbox.extend((r, None) for r in receivers)
-            return
-        self._push(self.now + self.latency, _MSG, receivers, p.rank)
-
-    def _send_p2p(self, p: _Process, receivers: Sequence[_Process], tag: int) -> None:
-        if p.app.send_wait != "none":
-            p.outbox.extend((r, tag) for r in receivers)
-            return
-        self._push(self.now + self._p2p_delay(p), _MSG, receivers, p.rank, tag)
-
-    def _p2p_delay(self, p: _Process) -> float:
+    def _delay(self, nbytes: int) -> float:
+        """A message's time on the link: latency, plus its bytes at the link's bandwidth."""
         delay = self.latency
         if self.bandwidth:
-            delay += p.app.msg_bytes / self.bandwidth
+            delay += nbytes / self.bandwidth
         return delay
+
+    def _send(self, p: _Process, op: Send) -> bool:
+        """Starts a Send; True when it is over at once. Messages sent together arrive together: one heap
+        entry for all of them. A sender that waits for acknowledgements sends them one by one instead,
+        from ``_advance``, and the Send lasts until the last is acknowledged."""
+        receivers = [p.run.procs[d] for d in op.dests]
+        if p.wait.send_wait != "none":
+            p.outbox.extend((r, op.nbytes, op.tag) for r in receivers)
+            return False
+        self._push(self.now + self._delay(op.nbytes), _MSG, receivers, p.rank, op.tag)
+        return True
 
     def _send_next(self, p: _Process, q: deque[LocalEvent] | None) -> None:
         """Sends the next message of ``p.outbox`` and starts waiting for its acknowledgement."""
-        r, tag = p.outbox.popleft()
-        if tag is None:
-            delay = self.latency
-            self._push(self.now + delay, _MSG, (r,), p.rank)
-        else:
-            delay = self._p2p_delay(p)
-            self._push(self.now + delay, _MSG, (r,), p.rank, tag)
+        r, nbytes, tag = p.outbox.popleft()
+        delay = self._delay(nbytes)
+        self._push(self.now + delay, _MSG, (r,), p.rank, tag)
         p.acking = True
         p.ack_ver += 1
         self._push(self.now + delay + self.latency, _ACK, p, p.ack_ver)
-        mode = p.app.send_wait
-        if mode == "spin" or (mode == "spin-block" and p.app.spin_time_us > 0):
+        mode = p.wait.send_wait
+        if mode == "spin" or (mode == "spin-block" and p.wait.spin_us > 0):
             p.ack_spin = True
             if mode == "spin-block":
-                self._push(self.now + p.app.spin_time_us / 1e6, _ACK_SPIN_END, p, p.ack_ver)
+                self._push(self.now + p.wait.spin_us / 1e6, _ACK_SPIN_END, p, p.ack_ver)
         else:  # block, or spin-block with no spin time
             p.ack_spin = False
             if q is not None:
                 q.append(SenderBlocked(p.proc))
 
     def _on_ack(self, p: _Process, ver: int) -> None:
-        if ver != p.ack_ver or not p.acking or p.phase == _DONE:
+        if ver != p.ack_ver or not p.acking or p.done:
             return
         node = p.node
         self._touch(node)
@@ -666,7 +691,7 @@ class Simulation:
         self._pending_nodes[node.idx] = node
 
     def _on_ack_spin_end(self, p: _Process, ver: int) -> None:
-        if ver != p.ack_ver or not p.acking or not p.ack_spin or p.phase == _DONE:
+        if ver != p.ack_ver or not p.acking or not p.ack_spin or p.done:
             return
         node = p.node
         self._touch(node)
@@ -675,24 +700,10 @@ class Simulation:
             node.queue.append(SenderBlocked(p.proc))
         self._pending_nodes[node.idx] = node
 
-    def _begin_round(self, p: _Process) -> None:
-        sends_first, dests, srcs = p.plan
-        p.tag = p.rounds & 1
-        p.rounds += 1
-        targets = tuple(p.run.procs[d] for d in dests)
-        if sends_first:
-            self._send_p2p(p, targets, p.tag)
-            p.post = ()
-        else:
-            p.post = targets
-        p.need = len(srcs)
-        p.phase = _XWAIT
-        p.waiting = False
-
     def _advance(self, p: _Process) -> None:
-        """Runs ``p`` (allowed to run) through its zero-time steps until it needs CPU or waits."""
+        """Runs ``p`` (allowed to run) through its operations until one takes time (CPU, a sleep, a
+        message, an acknowledgement) or the model ends."""
         node = p.node
-        app = p.app
         q = node.queue if node.msg_events else None
         while p.allowed:
             if p.acking:
@@ -700,81 +711,63 @@ class Simulation:
             if p.outbox:
                 self._send_next(p, q)
                 continue
-            phase = p.phase
-            if phase == _COMPUTE:
+            op = p.op
+            kind = type(op)
+            if kind is Compute:
                 if p.work > EPS:
                     return
                 p.work = 0.0
-                p.phase = _IO
-                p.writes_left = app.gio
-            elif phase == _IO:
-                if p.io_busy:
-                    return
-                if p.writes_left > 0:
-                    p.writes_left -= 1
-                    p.io_busy = True
-                    self._push(self.now + app.io_time_ms / 1000.0, _IO_DONE, p)
-                    return
-                p.phase = _BARRIER
-            elif phase == _BARRIER:
-                if p.plan is not None:
-                    if p.size == 1 or app.msgs == 0:
-                        self._end_iteration(p)
-                        continue
-                    p.rnd = 0
-                    self._begin_round(p)
-                    continue
-                if not app.barrier or p.size == 1:
-                    self._end_iteration(p)
-                    continue
-                if q is not None:
-                    q.append(CollectiveEnter(p.proc, "barrier"))
-                if p.rank != 0:
-                    self._send(p, p.run.procs[:1])
-                    p.need = 1
-                else:
-                    p.need = p.size - 1
-                p.phase = _WAIT
-                p.waiting = False
-            elif phase == _WAIT:
-                if not self._receive(p, q, tagged=False):
+            elif kind is Recv:
+                if not p.begun:
+                    p.begun = True
+                    p.need, p.tag = op.count, op.tag
+                    p.waiting = False
+                if not self._receive(p, q):
                     return
                 p.spinning = False
                 p.spin_ver += 1
-                if p.rank == 0:
-                    self._send(p, p.run.procs[1:])
-                p.phase = _LEAVE
-            elif phase == _LEAVE:
-                if q is not None:
-                    q.append(CollectiveLeave(p.proc, "barrier"))
-                self._end_iteration(p)
-            elif phase == _XWAIT:
-                tag = p.tag
-                if not self._receive(p, q, tagged=True):
+            elif kind is Send:
+                if not p.begun:
+                    p.begun = True
+                    if not self._send(p, op):
+                        continue  # the outbox goes first, then the Send is over
+            elif kind is Sleep:
+                if not p.begun:
+                    p.begun = True
+                    p.sleeping = True
+                    self._push(self.now + op.seconds, _IO_DONE, p)
                     return
-                p.spinning = False
-                p.spin_ver += 1
-                if p.post:
-                    self._send_p2p(p, p.post, tag)
-                    p.post = ()
-                p.phase = _ROUND_END
-            elif phase == _ROUND_END:
-                p.rnd += 1
-                if p.rnd < app.msgs:
-                    self._begin_round(p)
-                else:
-                    self._end_iteration(p)
-            else:
+                if p.sleeping:
+                    return
+            elif kind is Collective:
+                if q is not None:
+                    q.append((CollectiveEnter if op.enter else CollectiveLeave)(p.proc, op.op))
+            elif kind is Progress:
+                self._emit(
+                    node.src,
+                    ev.PROGRESS,
+                    self.now,
+                    node=node.idx,
+                    job=p.proc.job_id,
+                    rank=p.rank,
+                    unit=op.unit,
+                    value=op.value,
+                )
+            elif op is None:
+                self._exit(p)
                 return
+            else:
+                raise TypeError(f"program kind {p.run.job.kind.name!r} yielded {op!r}, not an operation")
+            p.next_op()
 
-    def _receive(self, p, q, tagged: bool) -> bool:
-        """Consumes arrived messages (of ``p.tag`` when ``tagged``) toward ``p.need``; True once all have
-        arrived. Each message is one receive, as on the NIC: a receive that completed is followed by a new
-        one, which waits (and spins) afresh."""
+    def _receive(self, p: _Process, q: deque[LocalEvent] | None) -> bool:
+        """Consumes arrived messages of ``p.tag`` toward ``p.need``; True once all have arrived. Each
+        message is one receive, as on the NIC: a receive that completed is followed by a new one, which
+        waits (and spins) afresh."""
         consumed = False
-        while p.need > 0 and (p.tagbox[p.tag] if tagged else p.inbox) > 0:
-            if tagged:
-                p.tagbox[p.tag] -= 1
+        box = p.tagbox
+        while p.need > 0 and box.get(p.tag, 0) > 0:
+            box[p.tag] -= 1
             p.inbox -= 1
             p.need -= 1
             consumed = True
@@ -788,55 +781,27 @@ class Simulation:
 
     def _start_waiting(self, p: _Process, q: deque[LocalEvent] | None) -> None:
         p.waiting = True
-        mode = p.app.wait_mode
+        mode = p.wait.mode
         if q is not None:
             q.append(ReceiverWaiting(p.proc, mode))
         if mode == "spin":
             p.spinning = True
-        elif mode == "spin-block" and p.app.spin_time_us > 0:
+        elif mode == "spin-block" and p.wait.spin_us > 0:
             p.spinning = True
             p.spin_ver += 1
-            self._push(self.now + p.app.spin_time_us / 1e6, _SPIN_END, p, p.spin_ver)
+            self._push(self.now + p.wait.spin_us / 1e6, _SPIN_END, p, p.spin_ver)
         else:  # block, or spin-block with no spin time
             p.spinning = False
             if q is not None:
                 q.append(ReceiverBlocked(p.proc))
 
-    def _end_iteration(self, p: _Process) -> None:
-        p.it += 1
-        app = p.app
-        if app.barrier and p.plan is None:
-            p.barriers += 1
-            unit, value = "barriers", p.barriers
-        elif p.plan is not None:
-            unit, value = "iterations", p.it
-        else:
-            unit, value = None, 0
-        # Every 10th and the last, like the real worker's reports but fewer.
-        if unit is not None and (value % 10 == 0 or value == app.iterations):
-            self._emit(
-                p.node.writer,
-                ev.PROGRESS,
-                self.now,
-                node=p.node.idx,
-                job=p.proc.job_id,
-                rank=p.rank,
-                unit=unit,
-                value=value,
-            )
-        if p.it >= app.iterations:
-            self._exit(p)
-        else:
-            p.phase = _COMPUTE
-            p.work = app.gcomp * WORK_UNIT_S
-
     def _exit(self, p: _Process) -> None:
         node = p.node
-        p.phase = _DONE
+        p.done = True
         p.allowed = False
         del node.procs[p.proc]
         self._emit(
-            node.writer,
+            node.src,
             ev.PROC_EXITED,
             self.now,
             job=p.proc.job_id,
@@ -848,10 +813,7 @@ class Simulation:
         )
         node.queue.append(ProcExited(p.proc))
         self._pending_nodes[node.idx] = node
-        r = p.run
-        r.exited += 1
-        if r.exited == len(r.procs):
-            self._finished.append(r)
+        self._exits.append(p)
 
 
 def simulate(*args: Any, **kwargs: Any) -> list[dict]:

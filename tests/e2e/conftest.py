@@ -129,6 +129,25 @@ def scenario_file(tmp_path):
     return make
 
 
+PLUGINS = Path(__file__).parent / "plugins"
+
+
+def plugin_env(tmp_path: Path, misbehave: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
+    """The environment of a CLI run that sees the test-only plug-ins (plugins/): the ``faulty`` scheduler,
+    registered through the entry-point group as a third party would, and workers that misbehave as
+    ``misbehave`` asks (job id -> fork | ignore-term | hog-memory; plugins/sitecustomize.py)."""
+    dist = tmp_path / "plugin-dist"
+    info = dist / "tb_faulty-0.0.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tb-faulty\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text("[testbed.schedulers]\nfaulty = tb_faulty:FaultyGang\n")
+    path = os.pathsep.join(p for p in (str(PLUGINS), str(dist), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, **extra}
+    if misbehave:
+        env["TB_TEST_MISBEHAVE"] = ",".join(f"{job}={what}" for job, what in misbehave.items())
+    return env
+
+
 def start_cli(args: list[str], **kw) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "testbed.cli", *args],

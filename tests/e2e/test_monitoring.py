@@ -2,7 +2,7 @@
 that scrapes the run's real exporters every second; while the run goes on, EVERY PromQL expression of every
 shipped dashboard panel is evaluated through Prometheus' HTTP API and must return data. ``promtool check
 metrics`` must accept a scrape of an agent and of the coordinator, ``testbed watch --once`` must show the
-run, and afterwards nothing (Prometheus included) may be left running."""
+run, and after Ctrl-C nothing (Prometheus included) may be left running."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import pytest
 from testbed.monitoring import dashboards
 from testbed.monitoring.prometheus import read_targets
 
+from ..conftest import require
 from .conftest import kill_tree, start_cli, wait_clean
 
 NODES = 8
@@ -110,12 +111,16 @@ def _prometheus_pids(path: Path) -> list[int]:
 
 @pytest.mark.slow
 def test_every_dashboard_query_returns_data_from_a_real_prometheus(tmp_path, scenario_file):
-    if shutil.which("prometheus") is None or shutil.which("promtool") is None:
-        pytest.skip(
-            "needs the prometheus and promtool binaries (Debian: apt-get install prometheus; .ci/run does)"
-        )
+    require(
+        shutil.which("prometheus") is not None and shutil.which("promtool") is not None,
+        "needs the prometheus and promtool binaries (Debian: apt-get install prometheus; .ci/run does)",
+    )
     out = tmp_path / "run"
-    proc = start_cli(["run", str(scenario_file(SCENARIO)), "--out", str(out), "--prometheus", "-q"])
+    # Long enough that a loaded host's slower start still leaves every panel time to get data (the
+    # scenario's own 6 emulated s were 28 s real, which a busy host could spend starting up); once they
+    # all have it, Ctrl-C ends the run, which must stop Prometheus too.
+    doc = {**SCENARIO, "duration_s": 60.0}
+    proc = start_cli(["run", str(scenario_file(doc)), "--out", str(out), "--prometheus", "-q"])
     output = _Output(proc)
     try:
         line = output.wait_for("Prometheus: http://", proc, timeout=60)
@@ -173,13 +178,15 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(tmp_path, sce
         rejected = _query(prom, 'sum(testbed_admissions_total{outcome="rejected"})')
         assert float(rejected[0]["value"][1]) == 1.0  # too-big
 
-        code = proc.wait(timeout=300)
+        assert proc.poll() is None, "the run ended before the checks were done"
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=120)
         output.t.join(timeout=10)
-        assert code == 0, output.text()
+        assert code == 130, output.text()
         with pytest.raises(OSError):  # Prometheus was stopped with the run
             _get(f"{prom}/-/ready", timeout=2)
         assert _prometheus_pids(out) == []
-        assert (out / "summary.json").exists()
+        assert json.loads((out / "summary.json").read_text())["ended"] == "interrupted (Ctrl-C)"
         assert wait_clean(out) == ([], [])
     finally:
         kill_tree(proc)
@@ -200,37 +207,12 @@ def test_prometheus_flag_without_the_binary_exits_2_with_how_to_install(tmp_path
     assert not (tmp_path / "x").exists()  # nothing started, nothing written
 
 
-@pytest.mark.slow
-def test_ctrl_c_stops_the_runs_prometheus(tmp_path, scenario_file):
-    if shutil.which("prometheus") is None:
-        pytest.skip("needs prometheus on PATH (Debian: apt-get install prometheus; .ci/run does)")
-    out = tmp_path / "run"
-    proc = start_cli(["run", str(scenario_file({**SCENARIO, "duration_s": 60.0})), "--out", str(out),
-                      "--prometheus", "-q"])  # fmt: skip
-    output = _Output(proc)
-    try:
-        prom = output.wait_for("Prometheus: http://", proc, timeout=60).split()[1]
-        deadline = time.monotonic() + 120
-        while len(read_targets(out)) < NODES + 1:  # the run is under way
-            assert proc.poll() is None and time.monotonic() < deadline, output.text()
-            time.sleep(0.3)
-        assert _prometheus_pids(out)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=120) == 130, output.text()
-        with pytest.raises(OSError):
-            _get(f"{prom}/-/ready", timeout=2)
-        assert _prometheus_pids(out) == []
-        assert wait_clean(out) == ([], [])
-    finally:
-        kill_tree(proc)
-        for pid in _prometheus_pids(out):
-            os.kill(pid, 9)
-
-
 def test_prometheus_dies_with_a_killed_parent(tmp_path):
     """kill -9 of the process that started it (no teardown runs): PR_SET_PDEATHSIG ends Prometheus."""
-    if shutil.which("prometheus") is None:
-        pytest.skip("needs prometheus on PATH (Debian: apt-get install prometheus; .ci/run does)")
+    require(
+        shutil.which("prometheus") is not None,
+        "needs prometheus on PATH (Debian: apt-get install prometheus; .ci/run does)",
+    )
     code = (
         "import sys, time\n"
         "from testbed.monitoring.prometheus import LocalPrometheus, write_targets\n"

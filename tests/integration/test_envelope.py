@@ -20,9 +20,12 @@ from testbed.mechanism.envelope import (
 )
 from testbed.mechanism.process import spawn
 
+from ..conftest import measured, requires
+
 BUSY = [sys.executable, "-c", "while True: pass"]
 _V1_WHY = envmod.probe_v1()
-needs_v1 = pytest.mark.skipif(_V1_WHY is not None, reason=f"cgroup v1 envelope not usable here: {_V1_WHY}")
+# Skipped where cgroups cannot be written, saying why; with CI=true that fails instead (CI asserts them).
+needs_v1 = requires(_V1_WHY is None, f"cgroup v1 envelope not usable here: {_V1_WHY}")
 
 
 @pytest.fixture
@@ -100,11 +103,18 @@ def test_none_envelope_does_not_cap(envelopes):
     w = _spawn(BUSY, e)
     try:
         time.sleep(0.2)
-        u0, t0 = e.cpu_usage_s(), time.monotonic()
-        time.sleep(0.6)
-        rate = (e.cpu_usage_s() - u0) / (time.monotonic() - t0)
-        print(f"\nnone envelope: lone busy process got {rate:.3f} CPU-s/s (tdf 4 would cap at 0.25)")
-        assert rate > 0.6, f"uncapped busy process got only {rate:.2f} core (is the machine overloaded?)"
+
+        def rate():
+            u0, t0 = e.cpu_usage_s(), time.monotonic()
+            time.sleep(0.6)
+            return (e.cpu_usage_s() - u0) / (time.monotonic() - t0)
+
+        why = (
+            "other tests on the 2 cores can hold a lone busy process below 0.6 core for a while; a cap at "
+            "0.25 would hold it there every time"
+        )
+        got = measured(rate, lambda r: r > 0.6, why=why)
+        print(f"\nnone envelope: lone busy process got {got:.3f} CPU-s/s (tdf 4 would cap at 0.25)")
         assert e.pids() == [w.pid]
         total = e.cpu_usage_s()
         w.kill()
@@ -146,20 +156,26 @@ def test_cfs_quota_fixes_the_rate(envelopes, period_us):
     workers = [_spawn(BUSY, e) for e in nodes]
     try:
         time.sleep(0.25)  # past interpreter start-up
-        samples: list[list[tuple[float, float]]] = [[], []]
-        t_end = time.monotonic() + 1.5
-        while time.monotonic() < t_end:
-            now = time.monotonic()
-            for k, e in enumerate(nodes):
-                samples[k].append((now, e.cpu_usage_s()))
-            time.sleep(0.01)
-        rates = [_slope(s) for s in samples]
+
+        def rates():
+            samples: list[list[tuple[float, float]]] = [[], []]
+            t_end = time.monotonic() + 1.5
+            while time.monotonic() < t_end:
+                now = time.monotonic()
+                for k, e in enumerate(nodes):
+                    samples[k].append((now, e.cpu_usage_s()))
+                time.sleep(0.01)
+            got = [_slope(s) for s in samples]
+            # The cap is the quota's promise: never above it, loaded host or not.
+            assert all(r / 0.25 - 1 < 0.05 for r in got), got
+            return got
+
+        why = "the quota is a cap: a host whose 2 cores are busy with other tests can deliver less than it"
+        got = measured(rates, lambda rs: all(r / 0.25 - 1 > -0.05 for r in rs), why=why)
         print(
-            f"\nCFS quota 0.25 core, 1.5 s: delivered {rates[0]:.4f}, {rates[1]:.4f} CPU-s/s "
-            f"({', '.join(f'{(r / 0.25 - 1) * 100:+.1f} %' for r in rates)})"
+            f"\nCFS quota 0.25 core, 1.5 s: delivered {got[0]:.4f}, {got[1]:.4f} CPU-s/s "
+            f"({', '.join(f'{(r / 0.25 - 1) * 100:+.1f} %' for r in got)})"
         )
-        for r in rates:
-            assert abs(r / 0.25 - 1) < 0.05, rates
     finally:
         for w in workers:
             w.kill()

@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from testbed.apps.synthetic import Synthetic, SyntheticConfig
 from testbed.monitoring.metrics import ADMISSION_OUTCOMES, DEADLINE_OUTCOMES, JOB_STATES, PROCESS_STATES
 from testbed.schedulers.base import JobSpec
 
@@ -21,7 +22,9 @@ from testbed import events as ev
 from testbed import results
 from testbed.agent import NodeAgent, NodeConfig
 from testbed.coordinator import Coordinator, LocalProxy
-from testbed.jobs import Job, SyntheticApp
+from testbed.jobs import Job
+
+from ..conftest import require
 
 NODE_FAMILIES = {
     "testbed_node_cpu_utilization_ratio",
@@ -68,8 +71,7 @@ def _families(text: str) -> set[str]:
 
 def _promtool(text: str) -> None:
     exe = shutil.which("promtool")
-    if exe is None:
-        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
+    require(exe is not None, "promtool is not installed (Debian: apt-get install prometheus; .ci/run does)")
     p = subprocess.run([exe, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
     assert p.returncode == 0, p.stdout + p.stderr
 
@@ -86,8 +88,8 @@ def test_exporters_of_a_real_gang_run(tmp_path):
                              params=params, monitoring=mon))
         for n in range(nodes)
     ]  # fmt: skip
-    app = SyntheticApp(iterations=10, gcomp=30.0)
-    jobs = [Job(JobSpec(j, nodes, 0.0, estimate=app.ideal_runtime()), app) for j in ("a", "b")]
+    app = SyntheticConfig(iterations=10, gcomp=30.0)
+    jobs = [Job(JobSpec(j, nodes, 0.0, estimate=Synthetic.ideal_runtime(app)), app) for j in ("a", "b")]
     coord = None
     try:
         proxies = [LocalProxy(a, pool) for a in agents]

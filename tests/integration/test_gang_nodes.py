@@ -7,13 +7,16 @@ import concurrent.futures as cf
 import time
 import uuid
 
+from testbed.apps.synthetic import Synthetic, SyntheticConfig
 from testbed.schedulers.base import JobSpec
 
 from testbed import events as ev
 from testbed import results
 from testbed.agent import NodeAgent, NodeConfig
 from testbed.coordinator import Coordinator, LocalProxy
-from testbed.jobs import Job, SyntheticApp
+from testbed.jobs import Job
+
+from ..conftest import measured
 
 
 def _run(tmp_path, scheduler, params, jobs, nodes=4, tdf=2.0, timeout=120.0, keep=None):
@@ -61,31 +64,40 @@ def _run(tmp_path, scheduler, params, jobs, nodes=4, tdf=2.0, timeout=120.0, kee
 
 
 def _job(jid, size, iterations=10, gcomp=30.0, submit=0.0):
-    app = SyntheticApp(iterations=iterations, gcomp=gcomp)
-    return Job(JobSpec(jid, size, submit, estimate=app.ideal_runtime()), app)
+    app = SyntheticConfig(iterations=iterations, gcomp=gcomp)
+    return Job(JobSpec(jid, size, submit, estimate=Synthetic.ideal_runtime(app)), app)
 
 
 def test_gang_time_slices_two_full_size_jobs(tmp_path):
     jobs = [_job("a", 4), _job("b", 4)]
-    events = _run(tmp_path, "gang", {"mpl": 2, "quantum_ms": 50.0}, jobs)
-    rows = {r["job_id"]: r for r in results.job_rows(events)}
-    assert all(r["final_state"] == results.COMPLETED for r in rows.values()), rows
-    ideal = jobs[0].app.ideal_runtime()  # 0.3 s alone
-    # Both started at once and shared the nodes by time slices: each took about twice as long.
-    for r in rows.values():
-        assert r["starting_time"] < 0.05
-        assert r["execution_time"] > 1.5 * ideal, r
-        # The work was really done, no more: 4 ranks x the job's CPU, plus each forked worker's start,
-        # barriers and exit (measured +2.7 to +4.1 % over 6 jobs of 0.3 s per rank: ~10 ms per rank).
-        assert 4 * ideal <= r["cpu_time"] <= 4 * ideal * 1.08, r
-    switches = [e for e in events if e["kind"] == ev.SLOT_SWITCH]
-    per_slot = {}
-    for e in switches:
-        per_slot.setdefault(e["slot"], set()).add(e["node"])
-    assert len(per_slot) >= 8
-    assert all(len(nodes) == 4 for nodes in per_slot.values())
-    skews = results.slot_skews_ms(events)
-    assert sorted(skews)[len(skews) // 2] < 5.0, skews  # median well below a quantum
+    ideal = Synthetic.ideal_runtime(jobs[0].app)  # 0.3 s alone
+    tries = iter(range(1, 10))
+
+    def run():
+        events = _run(tmp_path / f"try{next(tries)}", "gang", {"mpl": 2, "quantum_ms": 50.0}, jobs)
+        rows = {r["job_id"]: r for r in results.job_rows(events)}
+        assert all(r["final_state"] == results.COMPLETED for r in rows.values()), rows
+        # Both started at once and shared the nodes by time slices: each took about twice as long.
+        for r in rows.values():
+            assert r["starting_time"] < 0.05
+            assert r["execution_time"] > 1.5 * ideal, r
+            # The work was really done, no more: 4 ranks x the job's CPU, plus each forked worker's
+            # start, barriers and exit (measured +2.7 to +4.1 % over 6 jobs of 0.3 s per rank: ~10 ms per
+            # rank). A work unit is measured CPU time, so this holds under load too.
+            assert 4 * ideal <= r["cpu_time"] <= 4 * ideal * 1.08, r
+        switches = [e for e in events if e["kind"] == ev.SLOT_SWITCH]
+        per_slot = {}
+        for e in switches:
+            per_slot.setdefault(e["slot"], set()).add(e["node"])
+        assert len(per_slot) >= 8
+        assert all(len(nodes) == 4 for nodes in per_slot.values())
+        return results.slot_skews_ms(events)
+
+    measured(
+        run,
+        lambda skews: sorted(skews)[len(skews) // 2] < 5.0,  # median well below a quantum
+        why="on a loaded host a node's timer thread can be late (switch skew)",
+    )
 
 
 def test_local_runs_jobs_side_by_side(tmp_path):

@@ -21,6 +21,8 @@ from testbed.mechanism.envelope import NoEnvelope
 from testbed.mechanism.priority import raise_thread_priority, reset_thread_priority
 from testbed.mechanism.process import SpawnError, cont_all, spawn, stop_all
 
+from ..conftest import measured
+
 BUSY = [sys.executable, "-c", "while True: pass"]
 
 
@@ -67,40 +69,47 @@ def test_stop_cont_take_effect_at_once(run_id, tmp_path):
     def beat() -> int:
         return struct.unpack_from("q", beat_map)[0]
 
-    overruns, t_latencies, cont_delays = [], [], []
     try:
         assert _wait_for(lambda: beat() > 0 and w.cpu_time_s() > 0.05), "busy worker never ran"
-        for _ in range(5):
-            time.sleep(0.03)
-            t_stop = stop_all([w])
-            assert _wait_for(lambda: w.state() == "T", timeout=1.0)
-            t_latencies.append(time.monotonic() - t_stop)
-            time.sleep(0.01)
-            # The last heartbeat the worker wrote is the last user instruction it ran.
-            overruns.append(beat() / 1e9 - t_stop)
-            settled = w.cpu_time_s()
-            time.sleep(0.05)
-            assert w.cpu_time_s() == settled, "schedstat run time rose while stopped"
-            t_cont = cont_all([w])
-            before = beat()
-            assert _wait_for(lambda before=before: beat() != before, timeout=0.5, step=0), (
-                "no progress after SIGCONT"
-            )
-            cont_delays.append(time.monotonic() - t_cont)
-            # CPU time of a running task is current only to its last tick: give it a few.
-            assert _wait_for(lambda settled=settled: w.cpu_time_s() > settled, timeout=0.1)
+        overruns, t_latencies, cont_delays = measured(
+            lambda: _stop_cont_five_times(w, beat),
+            lambda m: max(m[0]) < 0.001,  # the reschedule IPI (us), not a tick (4 ms)
+            why="a task running on the other CPU stops at the reschedule IPI, within microseconds; one "
+            "whose CPU is busy with interrupts or other tests' work may take longer once in a while",
+        )
         print(
             f"\nstop: last user instruction {max(overruns) * 1e6:.0f} us after stop_all returned (max of 5); "
             f"/proc showed T after {statistics.median(t_latencies) * 1e6:.0f} us median; new heartbeat seen "
             f"{statistics.median(cont_delays) * 1e6:.0f} us after cont_all returned (median)"
         )
-        # A task on the other CPU is stopped by the reschedule IPI: allow that, not a tick (4 ms).
-        assert max(overruns) < 0.001, (
-            f"worker ran user code {max(overruns) * 1e6:.0f} us after SIGSTOP returned"
-        )
     finally:
         beat_map.close()
         assert w.kill() == -signal.SIGKILL
+
+
+def _stop_cont_five_times(w, beat):
+    """(overruns, T latencies, continue delays) of five stop/continue cycles of a heartbeat worker."""
+    overruns, t_latencies, cont_delays = [], [], []
+    for _ in range(5):
+        time.sleep(0.03)
+        t_stop = stop_all([w])
+        assert _wait_for(lambda: w.state() == "T", timeout=1.0)
+        t_latencies.append(time.monotonic() - t_stop)
+        time.sleep(0.01)
+        # The last heartbeat the worker wrote is the last user instruction it ran.
+        overruns.append(beat() / 1e9 - t_stop)
+        settled = w.cpu_time_s()
+        time.sleep(0.05)
+        assert w.cpu_time_s() == settled, "schedstat run time rose while stopped"
+        t_cont = cont_all([w])
+        before = beat()
+        assert _wait_for(lambda before=before: beat() != before, timeout=0.5, step=0), (
+            "no progress after SIGCONT"
+        )
+        cont_delays.append(time.monotonic() - t_cont)
+        # CPU time of a running task is current only to its last tick: give it a few.
+        assert _wait_for(lambda settled=settled: w.cpu_time_s() > settled, timeout=0.1)
+    return overruns, t_latencies, cont_delays
 
 
 def test_worker_api(run_id, tmp_path):

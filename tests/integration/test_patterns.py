@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from testbed.apps.synthetic import SyntheticConfig, pattern_plan
 from testbed.schedulers.base import Proc
 
-from testbed.agent import NodeAgent
-from testbed.jobs import SyntheticApp, pattern_plan
+from testbed.jobs import Job, JobSpec, WaitSpec
 
 from .test_synthetic import nodes, start  # noqa: F401  (the four-NIC fixture and the worker launcher)
 
@@ -27,9 +26,8 @@ def _stats(hooks) -> list[dict]:
 @pytest.mark.parametrize("pattern", ["ring", "neighbour", "alltoall", "rank0"])
 def test_pattern_runs_to_completion_and_exchanges_the_expected_messages(nodes, tmp_path, pattern) -> None:  # noqa: F811
     clock, addrs, hooks, procs = nodes
-    args = f"--iterations {ITERS} --gcomp 1 --pattern {pattern} --msg-bytes {MSG} --msgs {ROUNDS}"
-    args += " --wait-mode spin-block --spin-us 50"
-    ranks = start(clock, addrs, procs, f"p-{pattern}", 4, args.split(), tmp_path)
+    app = {"iterations": ITERS, "gcomp": 1, "pattern": pattern, "msg_bytes": MSG, "msgs": ROUNDS}
+    ranks = start(clock, addrs, procs, f"p-{pattern}", 4, app, tmp_path, WaitSpec("spin-block", 50.0))
     for p in ranks:
         _, stderr = p.communicate(timeout=30)
         assert p.returncode == 0, stderr
@@ -52,8 +50,8 @@ def test_large_messages_in_all_to_all_do_not_deadlock(nodes, tmp_path) -> None: 
     # read, so send-then-receive cannot deadlock even with messages far above the socket buffers.
     clock, addrs, hooks, procs = nodes
     size = 256 * 1024
-    args = f"--iterations 2 --gcomp 1 --pattern alltoall --msg-bytes {size} --msgs 2".split()
-    for p in start(clock, addrs, procs, "big", 4, args, tmp_path):
+    app = {"iterations": 2, "gcomp": 1, "pattern": "alltoall", "msg_bytes": size, "msgs": 2}
+    for p in start(clock, addrs, procs, "big", 4, app, tmp_path):
         _, stderr = p.communicate(timeout=30)
         assert p.returncode == 0, stderr
     assert [s["bytes_in"] for s in _stats(hooks)] == [2 * 2 * 3 * size] * 4
@@ -68,29 +66,28 @@ def _rss_mb(pid: int) -> float:
 
 def test_worker_memory_is_resident_while_it_runs(nodes, tmp_path) -> None:  # noqa: F811
     clock, addrs, hooks, procs = nodes
-    args = ["--iterations", "100000", "--gcomp", "1", "--memory-mb", "64"]
-    (w,) = start(clock, addrs, procs, "mem", 1, args, tmp_path)
+    (w,) = start(clock, addrs, procs, "mem", 1, {"iterations": 100000, "gcomp": 1}, tmp_path, memory_mb=64)
     h = hooks[0]
     with h.cond:
         assert h.cond.wait_for(lambda: len(h.progress) >= 20, 20), "no progress"
     assert w.poll() is None
     assert _rss_mb(w.pid) >= 64
     # A worker without memory_mb stays small (so the 64 MB above is the allocation, not the interpreter).
-    (small,) = start(
-        clock, addrs[1:], procs, "small", 1, ["--iterations", "100000", "--gcomp", "1"], tmp_path
-    )
+    (small,) = start(clock, addrs[1:], procs, "small", 1, {"iterations": 100000, "gcomp": 1}, tmp_path)
     h1 = hooks[1]
     with h1.cond:
         assert h1.cond.wait_for(lambda: len(h1.progress) >= 20, 20), "no progress"
     assert _rss_mb(small.pid) < 40
 
 
-def test_agent_passes_pattern_and_memory_flags_only_when_not_default(tmp_path) -> None:
-    fake = SimpleNamespace(_env=lambda extra: extra, run_dir=tmp_path)
-    plain = SyntheticApp(iterations=3, gcomp=2.0).to_dict()
-    argv, _, _ = NodeAgent._proc_command(fake, "j", 0, 2, ["a:1", "b:2"], plain)
-    assert not {"--pattern", "--msg-bytes", "--msgs", "--memory-mb"} & set(argv)
-    app = SyntheticApp(iterations=3, gcomp=2.0, pattern="ring", msg_bytes=100, msgs=2, memory_mb=8.0)
-    argv, _, _ = NodeAgent._proc_command(fake, "j", 0, 2, ["a:1", "b:2"], app.to_dict())
-    tail = argv[argv.index("--pattern") :]
-    assert tail == ["--pattern", "ring", "--msg-bytes", "100", "--msgs", "2", "--memory-mb", "8.0"]
+def test_launch_carries_the_typed_config_once_and_the_job_settings(tmp_path) -> None:
+    app = SyntheticConfig(iterations=3, gcomp=2.0, pattern="ring", msg_bytes=100, msgs=2)
+    job = Job(JobSpec("j", 2, 0.0, memory_mb=8.0), app, WaitSpec("spin-block", 40.0, "spin"))
+    launch = job.launch(1, ["a:1", "b:2"])
+    assert launch.argv[1:] == ("-m", "testbed.apps.worker")
+    # The config travels as JSON and comes back as the same model: no field is spelled out twice.
+    assert SyntheticConfig.model_validate_json(launch.env["TB_APP"]) == app
+    env = launch.env
+    assert (env["TB_JOB"], env["TB_RANK"], env["TB_SIZE"], env["TB_NICS"]) == ("j", "1", "2", "a:1,b:2")
+    assert (env["TB_WAIT_MODE"], env["TB_SPIN_US"], env["TB_SEND_WAIT"]) == ("spin-block", "40.0", "spin")
+    assert env["TB_MEMORY_MB"] == "8.0"

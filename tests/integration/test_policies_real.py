@@ -4,11 +4,12 @@ workers talking through real NICs that report arrivals, waits and collectives to
 from __future__ import annotations
 
 import pytest
+from testbed.apps.synthetic import Synthetic, SyntheticConfig
 from testbed.schedulers import registry
 from testbed.schedulers.base import JobSpec, job_wait
 
 from testbed import results
-from testbed.jobs import Job, SyntheticApp
+from testbed.jobs import Job, WaitSpec
 
 from .test_gang_nodes import _run
 
@@ -22,15 +23,14 @@ def _jobs(scheduler: str, specs) -> list[Job]:
         mode, spin = job_wait(
             sched, {}, wait_mode=app.wait_mode, spin_time_us=app.spin_time_us, explicit=False
         )
-        fields = {**app.to_dict(), "wait_mode": mode, "spin_time_us": spin, "send_wait": sched.send_wait}
-        app = SyntheticApp(**fields)
-        out.append(Job(JobSpec(jid, size, 0.0, estimate=app.ideal_runtime()), app))
+        wait = WaitSpec(mode, spin, sched.send_wait)
+        out.append(Job(JobSpec(jid, size, 0.0, estimate=Synthetic.ideal_runtime(app)), app, wait))
     return out
 
 
 @pytest.mark.parametrize("name", COSCHED)
 def test_coscheduling_scheme_runs_communicating_jobs_to_completion(tmp_path, name):
-    chatty = SyntheticApp(iterations=15, gcomp=5.0)  # a barrier every 5 ms of CPU
+    chatty = SyntheticConfig(iterations=15, gcomp=5.0)  # a barrier every 5 ms of CPU
     jobs = _jobs(name, [("a", 2, chatty), ("b", 2, chatty)])
     events = _run(tmp_path, name, {"mpl": 2}, jobs, nodes=2)
     rows = {r["job_id"]: r for r in results.job_rows(events)}
@@ -42,11 +42,11 @@ def test_coscheduling_scheme_runs_communicating_jobs_to_completion(tmp_path, nam
 
 
 def test_paired_gang_gets_per_quantum_utilisation_from_real_processes(tmp_path):
-    io = SyntheticApp(iterations=40, gcomp=0.5, gio=2, io_time_ms=4.0)
+    io = SyntheticConfig(iterations=40, gcomp=0.5, gio=2, io_time_ms=4.0)
     # Compute with I/O (a 100 % job pairs with nothing: u_x + u_y + 1 % < 100 %). Under a CFS quota a short
     # sleep can hide in the throttled part of a period and cost no CPU, so the I/O must be long enough to
     # show: 30 ms of compute and 15 ms of I/O per iteration (2/3 busy).
-    cpu = SyntheticApp(iterations=8, gcomp=30.0, gio=1, io_time_ms=15.0)
+    cpu = SyntheticConfig(iterations=8, gcomp=30.0, gio=1, io_time_ms=15.0)
     jobs = _jobs("paired", [("io", 2, io), ("cpu", 2, cpu)])
     keep: dict = {}
     events = _run(tmp_path, "paired", {"mpl": 2, "quantum_ms": 50.0}, jobs, nodes=2, keep=keep)

@@ -11,11 +11,13 @@ import threading
 import time
 
 import pytest
+from testbed.apps.synthetic import SyntheticConfig
 from testbed.apps.work import WORK_UNIT_S, work
 from testbed.schedulers.base import Proc
 
 from testbed.clock import Clock
 from testbed.jobs import WORK_UNIT_S as JOBS_WORK_UNIT_S
+from testbed.jobs import Job, JobSpec, WaitSpec
 from testbed.loop import LoopThread
 from testbed.mechanism import envelope as envmod
 from testbed.mechanism.envelope import make_envelope
@@ -71,23 +73,22 @@ def nodes():
         lt.stop()
 
 
-def start(clock, addrs, procs, job, size, args, io_dir, **extra) -> list[subprocess.Popen]:
+def start(
+    clock, addrs, procs, job, size, app: dict, io_dir, wait=WaitSpec(), memory_mb=0.0, **extra
+) -> list[subprocess.Popen]:
+    """The job's ranks as the agent starts them (Job.launch: the generic worker, the config as JSON),
+    each talking to its own NIC here."""
+    j = Job(JobSpec(job, size, 0.0, memory_mb=memory_mb), SyntheticConfig(**app), wait)
     out = []
     for rank in range(size):
+        launch = j.launch(rank, addrs[:size])
         env = dict(os.environ)
         env.update(clock.to_env())
-        env.update(
-            TB_JOB=job,
-            TB_RANK=str(rank),
-            TB_SIZE=str(size),
-            TB_NICS=",".join(addrs[:size]),
-            TB_NODE_NIC=addrs[rank],
-            TB_IO_DIR=str(io_dir),
-            TB_RUN_ID="test",
-        )
+        env.update(launch.env)
+        env.update(TB_NODE_NIC=addrs[rank], TB_IO_DIR=str(io_dir), TB_RUN_ID="test")
         env.update(extra)
         p = subprocess.Popen(
-            [sys.executable, "-m", "testbed.apps.synthetic", *args],
+            list(launch.argv),
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -101,9 +102,8 @@ def start(clock, addrs, procs, job, size, args, io_dir, **extra) -> list[subproc
 
 def test_synthetic_four_ranks_runs_to_completion(nodes, tmp_path) -> None:
     clock, addrs, hooks, procs = nodes
-    args = "--iterations 5 --gcomp 2 --gio 2 --io-bytes 8193 --io-time-ms 2"
-    args += " --wait-mode spin-block --spin-us 50"
-    ranks = start(clock, addrs, procs, "syn", 4, args.split(), tmp_path)
+    app = {"iterations": 5, "gcomp": 2, "gio": 2, "io_bytes": 8193, "io_time_ms": 2}
+    ranks = start(clock, addrs, procs, "syn", 4, app, tmp_path, WaitSpec("spin-block", 50.0))
     for p in ranks:
         _, stderr = p.communicate(timeout=20)
         assert p.returncode == 0, stderr
@@ -117,7 +117,7 @@ def test_synthetic_four_ranks_runs_to_completion(nodes, tmp_path) -> None:
 
 def test_worker_whose_peer_dies_exits_with_reason(nodes, tmp_path) -> None:
     clock, addrs, hooks, procs = nodes
-    r0, r1 = start(clock, addrs, procs, "die", 2, ["--iterations", "100000", "--gcomp", "1"], tmp_path)
+    r0, r1 = start(clock, addrs, procs, "die", 2, {"iterations": 100000, "gcomp": 1}, tmp_path)
     with hooks[0].cond:
         assert hooks[0].cond.wait_for(lambda: len(hooks[0].progress) >= 3, 10), "no progress"
     r1.send_signal(signal.SIGKILL)

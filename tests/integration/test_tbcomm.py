@@ -27,6 +27,8 @@ from testbed.clock import Clock
 from testbed.loop import LoopThread
 from testbed.nic import Nic
 
+from ..conftest import measured
+
 # One worker program for every test; argv[1] picks the scenario, results come back as JSON on stdout.
 WORKER = r"""
 import json, os, struct, sys, time
@@ -340,15 +342,27 @@ def test_collectives_four_ranks_four_nodes(cluster_factory) -> None:
 
 def test_wait_modes_spin_burns_cpu_block_does_not(cluster_factory) -> None:
     cl = cluster_factory(2, report_messages=True)
-    r0, _ = results(cl.worker("waitmodes", "j", [0, 1], TB_SPIN_US=100_000))
-    # the sender sleeps 0.25 s before each message
-    # (loose bounds: the CPUs are shared, so a spinner does not get a whole core)
-    assert r0["spin"] > max(0.04, 5 * r0["block"]), r0
-    assert r0["block"] < 0.03, r0
-    assert r0["block"] < r0["spin-block"] < 0.15, r0  # spins 0.1 s, then blocks
-    waits = [e.mode for e in cl.hooks[0].events if isinstance(e, ReceiverWaiting)]
-    assert waits == ["spin", "block", "spin-block"]
-    assert sum(isinstance(e, ReceiverBlocked) for e in cl.hooks[0].events) == 1
+    tries = iter(range(1, 10))
+
+    def run():
+        cl.hooks[0].events.clear()
+        r0, _ = results(cl.worker("waitmodes", f"j{next(tries)}", [0, 1], TB_SPIN_US=100_000))
+        waits = [e.mode for e in cl.hooks[0].events if isinstance(e, ReceiverWaiting)]
+        assert waits == ["spin", "block", "spin-block"]
+        assert sum(isinstance(e, ReceiverBlocked) for e in cl.hooks[0].events) == 1
+        return r0
+
+    def in_window(r0) -> bool:
+        # the sender sleeps 0.25 s before each message; spin-block spins 0.1 s, then blocks
+        spins = r0["spin"] > max(0.04, 5 * r0["block"])
+        return spins and r0["block"] < 0.03 and r0["block"] < r0["spin-block"] < 0.15
+
+    measured(
+        run,
+        in_window,
+        why="CPU-time windows: on 2 cores shared with other tests a spinner does not get a whole core, and "
+        "a woken blocker can be charged a little more",
+    )
 
 
 def test_nic_reports_arrivals_waits_and_unconsumed(cluster_factory) -> None:
@@ -413,11 +427,21 @@ def test_latency_and_bandwidth_emulation(cluster_factory) -> None:
     # only node 1's link is slow: 20 ms latency, 1 MB/s, at TDF 2; the upper bounds leave room for a
     # loaded host but catch a missing or doubled TDF
     cl = cluster_factory(2, tdf=2.0, per_node={1: {"latency_s": 0.020, "bandwidth_Bps": 1e6}})
-    _, r1 = results(cl.worker("latency", "j", [0, 1]))
-    small1, big, small2 = r1["delays"]
-    assert 0.040 <= small1 < 0.075, r1  # (20 ms + 8 B / 1 MB/s) x 2
-    assert 0.080 <= big < 0.115, r1  # (20 ms + 20 ms) x 2
-    assert 0.040 <= small2 < 0.075, r1
+    tries = iter(range(1, 10))
+
+    def run():
+        _, r1 = results(cl.worker("latency", f"j{next(tries)}", [0, 1]))
+        small1, big, small2 = r1["delays"]
+        # Never faster than emulated, however quiet the host: (20 ms + 8 B / 1 MB/s) x 2, (20 + 20 ms) x 2.
+        assert small1 >= 0.040 and big >= 0.080 and small2 >= 0.040, r1
+        return r1["delays"]
+
+    measured(
+        run,
+        lambda d: d[0] < 0.075 and d[1] < 0.115 and d[2] < 0.075,
+        why="the upper bounds leave 35 ms for the relays and catch a missing or doubled TDF; other tests "
+        "on the 2 cores can delay one message past them",
+    )
 
 
 def test_worker_exits_with_reason_when_nic_vanishes(cluster_factory) -> None:
@@ -485,27 +509,48 @@ def test_a_send_waits_for_the_receiving_nics_ack_spinning_or_blocked(cluster_fac
     slow = {"latency_s": 0.1}
     cl = cluster_factory(2, report_messages=True, per_node={0: slow, 1: slow})
     waits = ["none", "spin-block", "block", "spin"]
-    p0, p1 = cl.start(["-c", WORKER, "acksend", ",".join(waits)], "j", [0, 1], stdin=True, TB_SPIN_US=10_000)
-    for i, w in enumerate(waits):
-        assert p0.stdout.readline().strip() == "sent", w
-        if w != "none":
-            # it returned, so the message is in the receiving NIC's buffer already
-            assert cl.on_loop(1, cl.nics[1].stats)["arrivals"] == i + 1, w
-        p0.stdin.write("go\n")
-        p0.stdin.flush()
-    r0, r1 = results([p0, p1])
-    assert r1["got"] == waits
-    (plain, _), (sb, sb_cpu), (block, block_cpu), (spin, spin_cpu) = r0["sends"]
-    assert plain < 0.03, r0  # no ack: back at once
-    for took in (sb, block, spin):
-        assert 0.2 <= took < 0.35, r0  # a round trip: 100 ms there, 100 ms back
-    # (loose CPU bounds: the cores are shared, so a spinner does not get a whole one)
-    assert block_cpu < 0.02 and sb_cpu < 0.04, r0  # blocked while the ack is late
-    assert spin_cpu > max(0.05, 3 * sb_cpu), r0  # spinning all the way burns the CPU
-    # the sender's node saw it block and be woken by the ack, once each for spin-block and block
-    sender = [e for e in cl.hooks[0].events if isinstance(e, (SenderBlocked, SenderWoken))]
-    assert sender == [SenderBlocked(Proc("j", 0)), SenderWoken(Proc("j", 0))] * 2
-    assert not any(isinstance(e, (SenderBlocked, SenderWoken)) for e in cl.hooks[1].events)
+    tries = iter(range(1, 10))
+
+    def run():
+        job = f"j{next(tries)}"
+        for rec in cl.hooks:
+            rec.events.clear()
+        arrived = cl.on_loop(1, cl.nics[1].stats)["arrivals"]
+        p0, p1 = cl.start(["-c", WORKER, "acksend", ",".join(waits)], job, [0, 1], stdin=True,
+                          TB_SPIN_US=10_000)  # fmt: skip
+        for i, w in enumerate(waits):
+            assert p0.stdout.readline().strip() == "sent", w
+            if w != "none":
+                # it returned, so the message is in the receiving NIC's buffer already
+                assert cl.on_loop(1, cl.nics[1].stats)["arrivals"] == arrived + i + 1, w
+            p0.stdin.write("go\n")
+            p0.stdin.flush()
+        r0, r1 = results([p0, p1])
+        assert r1["got"] == waits
+        for took in [t for t, _ in r0["sends"][1:]]:
+            assert took >= 0.2, r0  # a round trip, 100 ms there and 100 ms back, never shorter
+        # the sender's node saw it block and be woken by the ack, once each for spin-block and block
+        sender = [e for e in cl.hooks[0].events if isinstance(e, (SenderBlocked, SenderWoken))]
+        assert sender == [SenderBlocked(Proc(job, 0)), SenderWoken(Proc(job, 0))] * 2
+        assert not any(isinstance(e, (SenderBlocked, SenderWoken)) for e in cl.hooks[1].events)
+        return r0["sends"]
+
+    def in_window(sends) -> bool:
+        (plain, _), (sb, sb_cpu), (block, block_cpu), (spin, spin_cpu) = sends
+        return (
+            plain < 0.03  # no ack: back at once
+            and all(took < 0.35 for took in (sb, block, spin))
+            and block_cpu < 0.02  # blocked while the ack is late
+            and sb_cpu < 0.04
+            and spin_cpu > max(0.05, 3 * sb_cpu)  # spinning all the way burns the CPU
+        )
+
+    measured(
+        run,
+        in_window,
+        why="CPU-time and upper wall-clock windows: on 2 cores shared with other tests a spinner does not "
+        "get a whole core and a relay can be late",
+    )
 
 
 @pytest.mark.parametrize("report", [True, False])

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from testbed.schedulers import registry
 from testbed.schedulers.base import JobSpec, PolicyConfigError, Reject, RunAll, Start
-from testbed.schedulers.batch import Batch, contiguous_block, pack
+from testbed.schedulers.batch import Batch
+from testbed.schedulers.placement import contiguous_block, pack
 
 
 def spec(job_id: str, size: int, estimate: float | None = None, t: float = 0.0) -> JobSpec:
@@ -19,7 +20,7 @@ def policy(nodes: int, seed: int = 0, **params):
 def test_registered():
     assert registry.get("batch") is Batch
     assert Batch.local_policy is RunAll
-    assert Batch.defaults == {"backfill": False, "packing": True}
+    assert Batch.defaults == {"memory_aware": True, "backfill": False, "packing": True}
 
 
 def test_unknown_and_bad_params_name_the_parameter():
@@ -34,9 +35,9 @@ def test_fcfs_order_and_head_blocking():
     assert p.submit(0.0, spec("A", 3)) == [Start("A", (0, 1, 2))]
     assert p.submit(1.0, spec("B", 2)) == []  # one node free
     assert p.submit(2.0, spec("C", 1)) == []  # fits, but B is ahead of it
-    assert p.pending() == 2
+    assert len(p.queue) == 2
     assert p.finished(5.0, "A") == [Start("B", (0, 1)), Start("C", (2,))]
-    assert p.pending() == 0
+    assert len(p.queue) == 0
 
 
 def test_oversize_and_empty_jobs_are_rejected_with_sizes_in_the_reason():
@@ -46,7 +47,7 @@ def test_oversize_and_empty_jobs_are_rejected_with_sizes_in_the_reason():
     assert "5" in r.reason and "4" in r.reason
     [r0] = p.submit(0.0, spec("none", 0))
     assert isinstance(r0, Reject) and "0" in r0.reason
-    assert p.pending() == 0
+    assert len(p.queue) == 0
 
 
 def test_contiguous_block_helper():
@@ -96,7 +97,7 @@ def test_easy_backfill_lets_a_short_job_pass_and_refuses_one_that_would_delay_th
     # E has no estimate: treated as never ending, so refused too.
     assert p.submit(6, spec("E", 1)) == []
     assert p.finished(10, "A") == [Start("B", (0, 1, 2, 3))]  # B not delayed
-    assert p.pending() == 2
+    assert len(p.queue) == 2
 
 
 def test_easy_backfill_long_job_on_nodes_the_reservation_does_not_need():

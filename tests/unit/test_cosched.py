@@ -7,6 +7,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from testbed.apps.base import WORK_UNIT_S
+from testbed.apps.synthetic import SyntheticConfig
 from testbed.schedulers import registry
 from testbed.schedulers.base import (
     CollectiveEnter,
@@ -35,7 +37,7 @@ from testbed.schedulers.cosched import Cc, Dcs, Hybrid, Pb, PbSb, Sb, Spin, Sy, 
 from testbed.schedulers.gang import Gang
 from testbed.schedulers.local import Local, LocalGlobal
 
-from testbed.jobs import Job, SyntheticApp
+from testbed.jobs import Job, WaitSpec
 from testbed.sim import simulate
 from testbed.sim.engine import Simulation
 
@@ -379,15 +381,17 @@ class _RecSb(Sb):
     name = "rec-sb"
     global_policy = _Placed
     local_policy = _Recorder
-    defaults = {**Sb.defaults, "place": {}}
+
+    class Params(Sb.Params):
+        place: dict[str, tuple[int, ...]] = {}
 
 
 def test_sim_waits_afresh_for_each_message_as_the_nic_reports_it():
     _Recorder.log = []
     # Rank 0 of J receives two messages per barrier: rank 1's at 2 ms, rank 2's (which shares node 2
     # with S, so computes at half speed) at 3 ms.
-    j = Job(JobSpec("J", 3, 0.0), SyntheticApp(iterations=1, gcomp=1.0, wait_mode="spin-block"))
-    slow = Job(JobSpec("S", 1, 0.0), SyntheticApp(iterations=1, gcomp=10.0, barrier=False))
+    j = Job(JobSpec("J", 3, 0.0), SyntheticConfig(iterations=1, gcomp=1.0), WaitSpec("spin-block"))
+    slow = Job(JobSpec("S", 1, 0.0), SyntheticConfig(iterations=1, gcomp=10.0, barrier=False))
     place = {"J": (0, 1, 2), "S": (2,)}
     simulate([j, slow], _RecSb, {"place": place}, nodes=3, latency_s=1e-3)
     node0 = [(t, e) for n, t, e in _Recorder.log if n == 0 and getattr(e, "proc", None) == Proc("J", 0)]
@@ -406,7 +410,7 @@ def test_sim_waits_afresh_for_each_message_as_the_nic_reports_it():
 
 
 def _job(job_id: str, size: int, t: float, iterations: int, gcomp: float) -> Job:
-    return Job(JobSpec(job_id, size, t), SyntheticApp(iterations=iterations, gcomp=gcomp))
+    return Job(JobSpec(job_id, size, t), SyntheticConfig(iterations=iterations, gcomp=gcomp))
 
 
 def run_as_the_runner_would(
@@ -417,11 +421,8 @@ def run_as_the_runner_would(
     cls = registry.get(name)
     forced = []
     for j in jobs:
-        mode, spin = job_wait(
-            cls, params, wait_mode=j.app.wait_mode, spin_time_us=j.app.spin_time_us, explicit=False
-        )
-        app = replace(j.app, wait_mode=mode, spin_time_us=spin, send_wait=cls.send_wait)
-        forced.append(replace(j, app=app))
+        mode, spin = job_wait(cls, params, wait_mode=j.wait.mode, spin_time_us=j.wait.spin_us, explicit=False)
+        forced.append(replace(j, wait=WaitSpec(mode, spin, cls.send_wait)))
     log = simulate(forced, cls, params, nodes=nodes, latency_s=latency_s)
     done = {e["job"]: e["t"] for e in log if e["kind"] == "job_finished"}
     assert set(done) == {j.job_id for j in jobs}
@@ -472,7 +473,7 @@ def test_every_scheme_runs_every_job_to_the_end_with_all_its_work_done():
         _job("late", 3, 0.05, 10, 2.0),
         _job("queued", 4, 0.003, 5, 1.0),
     ]
-    need = {j.job_id: j.app.iterations * j.app.compute_s() for j in jobs}
+    need = {j.job_id: j.app.iterations * j.app.gcomp * WORK_UNIT_S for j in jobs}
     for name in ALL:
         events = run_as_the_runner_would(name, jobs, nodes=4, latency_s=1e-4, events=True)
         exits = [e for e in events if e["kind"] == "proc_exited"]
@@ -484,10 +485,7 @@ def test_every_scheme_runs_every_job_to_the_end_with_all_its_work_done():
 @pytest.mark.parametrize("name", sorted(ALL))
 def test_same_inputs_same_events(name):
     cls = ALL[name]
-    jobs = [
-        replace(j, app=replace(j.app, wait_mode=cls.wait_mode, spin_time_us=cls.spin_time_us or 300.0))
-        for j in _comm_heavy()
-    ]
+    jobs = [replace(j, wait=WaitSpec(cls.wait_mode, cls.spin_time_us or 300.0)) for j in _comm_heavy()]
     first = simulate(jobs, cls, {"packing": False}, nodes=3, seed=7, latency_s=5e-4)
     again = simulate(jobs, cls, {"packing": False}, nodes=3, seed=7, latency_s=5e-4)
     assert first == again
@@ -497,8 +495,10 @@ def _sender_run(cls: type[Scheduler], send_wait: str, latency_s: float) -> tuple
     """One 2-rank job, 10 x {1 ms of CPU; barrier}, one rank per node; receives block at once (they use
     no CPU), so CPU beyond the compute is the senders' wait for acknowledgements. Returns the CPU per
     rank and node 0's (event, nice decided) sequence."""
-    app = SyntheticApp(iterations=10, gcomp=1.0, wait_mode="block", spin_time_us=300.0, send_wait=send_wait)
-    sim = Simulation([Job(JobSpec("J", 2, 0.0), app)], cls, {}, nodes=2, latency_s=latency_s)
+    job = Job(
+        JobSpec("J", 2, 0.0), SyntheticConfig(iterations=10, gcomp=1.0), WaitSpec("block", 300.0, send_wait)
+    )
+    sim = Simulation([job], cls, {}, nodes=2, latency_s=latency_s)
     seen = []
     policy = sim.nodes[0].policy
     original = policy.on_event
@@ -549,19 +549,19 @@ def test_the_runner_gives_cc_jobs_the_waiting_sender_and_no_other_scheme():
             "scheduler": {"name": name},
             "workload": {"jobs": [{"size": 2, "app": {"gcomp": 1, "iterations": 2}}]},
         }
-        return {j.app.send_wait for j in workload.build(load(doc=doc))}
+        return {j.wait.send_wait for j in workload.build(load(doc=doc))}
 
     assert send_waits("cc") == {"spin-block"}
     for name in ("sb", "pbsb", "hybrid", "local", "gang"):
         assert send_waits(name) == {"none"}, name
     with pytest.raises(ValueError, match="send_wait"):
-        SyntheticApp(iterations=1, send_wait="sometimes")
+        WaitSpec(send_wait="sometimes")
 
 
 def test_boosts_reach_the_simulated_processes():
     """Under HYBRID the simulator sees the boost while a process is inside its barrier."""
     jobs = [_job("J", 2, 0.0, 3, 1.0)]
-    jobs = [replace(j, app=replace(j.app, wait_mode="block")) for j in jobs]
+    jobs = [replace(j, wait=WaitSpec("block")) for j in jobs]
     sim = Simulation(jobs, Hybrid, {}, nodes=2, latency_s=1e-3)
     seen = []
     policy = sim.nodes[1].policy

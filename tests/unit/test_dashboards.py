@@ -10,11 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 from prometheus_client import generate_latest
 from testbed.monitoring import dashboards
 from testbed.monitoring.metrics import CoordinatorMetrics, NodeMetrics
+
+from ..conftest import require
 
 MON = Path(__file__).resolve().parents[2] / "monitoring"
 
@@ -66,8 +67,10 @@ def test_every_metric_a_panel_queries_is_exposed():
 
 def test_every_expression_is_valid_promql(tmp_path):
     """promtool parses each expression (as a recording rule) with the template variables filled in."""
-    if shutil.which("promtool") is None:
-        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
+    require(
+        shutil.which("promtool") is not None,
+        "promtool is not installed (Debian: apt-get install prometheus; .ci/run does)",
+    )
     rules = []
     for d in dashboards.build_all().values():
         for i, (_, expr) in enumerate(dashboards.expressions(d)):

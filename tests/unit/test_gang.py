@@ -41,6 +41,7 @@ def test_registered_and_defaults():
     assert registry.get("gang") is Gang
     assert Gang.local_policy is GangLocal
     assert Gang.defaults == {
+        "memory_aware": True,
         "mpl": 3,
         "quantum_ms": 100.0,
         "alternate": True,
@@ -63,7 +64,7 @@ def test_idle_cluster_has_no_ticks():
     p = policy(4)
     assert p.next_tick() is None
     assert p.tick(5.0) == []
-    assert p.lead_time() == pytest.approx(0.010)
+    assert p.lead == pytest.approx(0.010)
 
 
 def test_matrix_placement_round_robin_and_early_switch():
@@ -78,7 +79,7 @@ def test_matrix_placement_round_robin_and_early_switch():
     assert p.submit(0.02, spec("B", 2)) == [Start("B", (0, 1))]  # row 1
     assert p.submit(0.03, spec("C", 2)) == [Start("C", (2, 3))]  # row 1, columns 2-3
     assert p.submit(0.04, spec("D", 1)) == []  # no room in either row
-    assert p.pending() == 1
+    assert len(p.queue) == 1
 
     d1 = only_dispatch(p.tick(0.100))
     assert (d1.slot, d1.at) == (1, pytest.approx(0.110))

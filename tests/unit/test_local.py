@@ -14,7 +14,8 @@ from testbed.schedulers.base import (
     RunAll,
     Start,
 )
-from testbed.schedulers.local import Local, least_loaded
+from testbed.schedulers.local import Local
+from testbed.schedulers.placement import least_loaded
 
 
 def spec(job_id: str, size: int) -> JobSpec:
@@ -28,7 +29,7 @@ def policy(nodes: int, seed: int = 0, **params):
 def test_registered():
     assert registry.get("local") is Local
     assert Local.local_policy is RunAll
-    assert Local.defaults == {"mpl": 3, "packing": True}
+    assert Local.defaults == {"memory_aware": True, "mpl": 3, "packing": True}
 
 
 @pytest.mark.parametrize("mpl", [0, -1, 1.5, "3", True])
@@ -43,7 +44,7 @@ def test_mpl_limits_processes_per_node_and_head_blocks():
     assert p.submit(0, spec("B", 2)) == [Start("B", (0, 1))]
     assert p.submit(0, spec("C", 2)) == []
     assert p.submit(0, spec("D", 1)) == []  # would fit nowhere anyway; queued behind C
-    assert p.pending() == 2
+    assert len(p.queue) == 2
     assert p.finished(1, "A") == [Start("C", (0, 1))]
     assert p.finished(2, "B") == [Start("D", (0,))]
 

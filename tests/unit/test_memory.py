@@ -5,11 +5,12 @@ scheduler (batch, local, gang, paired, the coscheduling family) honours it, in t
 from __future__ import annotations
 
 import pytest
+from testbed.apps.synthetic import SyntheticConfig
 from testbed.schedulers import registry
 from testbed.schedulers.base import Dispatch, GlobalPolicy, JobSpec, PolicyConfigError, Reject, Start
-from testbed.schedulers.batch import NodeMemory
+from testbed.schedulers.placement import MemoryAwareParams, NodeMemory
 
-from testbed.jobs import Job, SyntheticApp
+from testbed.jobs import Job
 from testbed.sim import simulate
 
 #: Every scheduler that places jobs on nodes; all accept memory_aware.
@@ -48,7 +49,7 @@ def test_base_hook_defaults_and_validation():
 def test_every_placing_scheduler_accepts_memory_aware(name):
     cls = registry.get(name)
     assert cls.all_defaults()["memory_aware"] is True
-    assert "memory_aware" not in cls.defaults  # an allocation parameter, listed apart
+    assert issubclass(cls.Params, MemoryAwareParams)  # the one definition, composed into each model
     with pytest.raises(PolicyConfigError, match="memory_aware"):
         cls.make_global(2, {"memory_aware": 1}, 0)
 
@@ -59,7 +60,7 @@ def test_a_job_bigger_than_a_node_is_rejected_naming_both_figures(name):
     [r] = p.submit(0.0, spec("big", 2, 1500))
     assert isinstance(r, Reject) and r.job_id == "big"
     assert "1500 MB" in r.reason and "1024 MB" in r.reason
-    assert p.pending() == 0
+    assert len(p.queue) == 0
     # Exactly a node's memory fits.
     assert starts(p.submit(0.0, spec("whole", 2, 1024)))
 
@@ -69,7 +70,7 @@ def test_a_job_that_does_not_fit_waits_until_memory_frees(name):
     p = make(name, 2, 1000, mpl=3)
     assert [s.job_id for s in starts(p.submit(0.0, spec("A", 2, 600)))] == ["A"]
     assert starts(p.submit(0.0, spec("B", 2, 600))) == []  # 600 + 600 > 1000 on both nodes
-    assert p.pending() == 1
+    assert len(p.queue) == 1
     assert starts(p.submit(0.0, spec("C", 1, 100))) == []  # FCFS: queued behind B
     acts = p.finished(1.0, "A")
     assert [s.job_id for s in starts(acts)] == ["B", "C"]
@@ -113,7 +114,7 @@ def test_gang_memory_blocks_a_free_matrix_row_and_frees_on_finish():
 
 def test_node_memory_helper_accounts_per_job():
     p = make("local", 3, 1000)
-    mem = NodeMemory(p, "local")
+    mem = NodeMemory(p)
     a = spec("A", 2, 400)
     assert mem.fitting([2, 0, 1], a) == [2, 0, 1]
     mem.take(a, (0, 1))
@@ -130,7 +131,7 @@ def test_node_memory_helper_accounts_per_job():
 
 
 def _job(job_id: str, size: int, mb: float, t: float = 0.0) -> Job:
-    return Job(JobSpec(job_id, size, t, memory_mb=mb), SyntheticApp(iterations=5, gcomp=100.0))
+    return Job(JobSpec(job_id, size, t, memory_mb=mb), SyntheticConfig(iterations=5, gcomp=100.0))
 
 
 def _times(events, kind: str) -> dict[str, float]:

@@ -1,9 +1,11 @@
-"""NAS-like profiles (testbed/profiles.py), the communication-pattern fields of the synthetic app, and
+"""NAS-like profiles (apps/profiles.py), the communication-pattern fields of the synthetic app, and
 how the simulator models the patterns."""
 
 from __future__ import annotations
 
 import pytest
+from testbed.apps import profiles
+from testbed.apps.synthetic import Synthetic, SyntheticConfig, pattern_plan
 from testbed.schedulers.base import (
     CollectiveEnter,
     JobSpec,
@@ -17,8 +19,7 @@ from testbed.schedulers.base import (
 from testbed.schedulers.batch import Batch
 from testbed.schedulers.local import Local, LocalGlobal
 
-from testbed import profiles
-from testbed.jobs import Job, SyntheticApp, pattern_plan
+from testbed.jobs import Job, WaitSpec
 from testbed.scenario import ScenarioError, load
 from testbed.sim import simulate
 from testbed.workload import build
@@ -46,11 +47,13 @@ def test_every_profile_resolves_to_a_valid_app() -> None:
         assert j.app.gcomp == p.gcomp and j.app.pattern == p.pattern
         assert j.app.msg_bytes == p.msg_bytes and j.app.msgs == p.msgs and j.app.gio == 0
         assert j.app.iterations == p.iterations() >= 1
-        # One source of truth for memory: the profile's for this size, in the spec and in the app.
-        assert j.spec.memory_mb == j.app.memory_mb == p.memory_mb(p.sizes[0]) > 0
+        # One source of truth for memory: the profile's for this size, in the job's spec.
+        assert j.spec.memory_mb == p.memory_mb(p.sizes[0]) > 0
         assert j.spec.job_class == name
         # The scale-down of time: compute-only run time is TIME_SCALE x table 2's class A time.
-        assert j.app.ideal_runtime() == pytest.approx(p.class_a_s * profiles.TIME_SCALE, rel=0.35, abs=0.1)
+        assert Synthetic.ideal_runtime(j.app) == pytest.approx(
+            p.class_a_s * profiles.TIME_SCALE, rel=0.35, abs=0.1
+        )
     assert set(profiles.PROFILES["BT"].sizes) == {4, 9, 16}
     # Table 3 (class C) scaled: SP on 4 processes needs 354 MB each in the paper.
     assert profiles.get("sp").memory_mb(4) == pytest.approx(354 * profiles.MEMORY_SCALE, abs=1e-3)
@@ -66,7 +69,7 @@ def test_explicit_fields_override_the_profile() -> None:
     cg = profiles.get("CG")
     a, b, c = built["a"].app, built["b"].app, built["c"].app
     assert (a.msgs, a.iterations, a.wait_mode, a.pattern, a.gcomp) == (1, 3, "spin", "neighbour", cg.gcomp)
-    assert (b.pattern, b.msgs, b.memory_mb, built["b"].spec.memory_mb) == ("ring", cg.msgs, 2.5, 2.5)
+    assert (b.pattern, b.msgs, built["b"].spec.memory_mb) == ("ring", cg.msgs, 2.5)
     assert (c.gcomp, c.pattern, built["c"].spec.job_class) == (50.0, "alltoall", "mine")
 
 
@@ -77,8 +80,8 @@ def test_bad_profile_and_bad_pattern_fields_are_named() -> None:
         load(doc=_scn([{"size": 4, "app": {"msg_bytes": 10}}]))
     with pytest.raises(ScenarioError, match="barrier false means no communication"):
         load(doc=_scn([{"size": 4, "app": {"profile": "CG", "barrier": False}}]))
-    with pytest.raises(ValueError, match="unknown pattern"):
-        SyntheticApp(iterations=1, pattern="star")
+    with pytest.raises(ValueError, match="pattern"):
+        SyntheticConfig(iterations=1, pattern="star")
 
 
 def test_generator_class_with_profile_draws_the_profiles_sizes_and_memory() -> None:
@@ -95,7 +98,7 @@ def test_generator_class_with_profile_draws_the_profiles_sizes_and_memory() -> N
         p = profiles.get(name)
         for j in js:
             assert j.spec.size in p.sizes
-            assert j.spec.memory_mb == j.app.memory_mb == p.memory_mb(j.spec.size)
+            assert j.spec.memory_mb == p.memory_mb(j.spec.size)
             assert j.app.pattern == p.pattern
     # Explicit class memory wins; a class without a profile keeps the uniform size draw and no memory.
     gen["classes"] = [{"name": "x", "memory_mb": 7, "app": {"profile": "IS"}}, {"name": "plain"}]
@@ -107,7 +110,7 @@ def test_generator_class_with_profile_draws_the_profiles_sizes_and_memory() -> N
 @pytest.mark.parametrize("size", [4, 8, 9, 16])
 def test_intensity_ordering_follows_paper_003_table_2(size: int) -> None:
     def intensity(name: str) -> float:
-        app = SyntheticApp(**profiles.get(name).app_fields())
+        app = SyntheticConfig(**profiles.get(name).app_fields())
         return profiles.messages_per_compute_s(app, size)
 
     ep = intensity("EP")
@@ -136,10 +139,10 @@ def test_pattern_plans_pair_up() -> None:
 # Simulator
 
 
-def _job(job_id: str, size: int, **app) -> Job:
+def _job(job_id: str, size: int, wait_mode: str = "block", **app) -> Job:
     app.setdefault("iterations", 10)
     app.setdefault("gcomp", 100.0)
-    return Job(JobSpec(job_id, size, 0.0), SyntheticApp(**app))
+    return Job(JobSpec(job_id, size, 0.0), SyntheticConfig(**app), WaitSpec(wait_mode))
 
 
 def _finish(events) -> dict[str, float]:

@@ -16,6 +16,8 @@ def test_planned_ends_are_completed_rejected_and_killed_by_the_duration():
         _row("b", results.REJECTED, "size 9 above 8 nodes"),
         _row("c", results.KILLED, ev.DURATION_REACHED),
         _row("d", results.KILLED, f"{ev.DURATION_REACHED} before it started"),
+        _row("e", results.KILLED, f"{ev.POLICY_KILL}: over budget"),
+        _row("f", results.FAILED, f"node 3 went down ({ev.SCRIPTED_FAULT})"),
     ]
     assert results.unplanned(rows) == []
 
@@ -26,11 +28,74 @@ def test_errors_interrupts_and_jobs_left_queued_are_not_planned():
         _row("b", results.KILLED, "interrupted (Ctrl-C)"),
         _row("c", results.NOT_STARTED),
         _row("d", results.COMPLETED),
+        _row("e", results.FAILED, "node 3 went down (its agent died (ActorDiedError))"),
     ]
     bad = results.unplanned(rows)
-    assert [b["job"] for b in bad] == ["a", "b", "c"]
+    assert [b["job"] for b in bad] == ["a", "b", "c", "e"]
     assert [results.unplanned_line(b) for b in bad] == [
         "job a failed: rank 6 on node 6 failed: [Errno 2] No such file",
         "job b was killed: interrupted (Ctrl-C)",
         "job c never started",
+        "job e failed: node 3 went down (its agent died (ActorDiedError))",
     ]
+
+
+def test_a_started_job_without_an_end_was_killed_by_the_run_stopping():
+    evs = [
+        {"t": 0.0, "kind": ev.JOB_SUBMITTED, "job": "a", "size": 2},
+        {"t": 0.1, "kind": ev.JOB_STARTED, "job": "a", "nodes": [0, 1]},
+        {"t": 0.2, "kind": ev.JOB_SUBMITTED, "job": "b", "size": 2},
+    ]
+    rows = {r["job_id"]: r for r in results.job_rows(evs)}
+    assert (rows["a"]["final_state"], rows["a"]["reason"]) == (results.KILLED, results.NO_END_RECORDED)
+    assert rows["b"]["final_state"] == results.NOT_STARTED  # still queued: it never started
+    assert [b["job"] for b in results.unplanned(list(rows.values()))] == ["a", "b"]
+
+
+def test_describe_error_is_one_line_with_where_it_was_raised():
+    def policy():
+        raise ZeroDivisionError("division by zero\nsecond line")
+
+    try:
+        policy()
+    except ZeroDivisionError as exc:
+        line = ev.describe_error(exc)
+    assert line.startswith("ZeroDivisionError: division by zero second line (unit/test_results.py:")
+    assert line.endswith(" in policy)") and "\n" not in line
+
+
+def _ev(kind, t=0.0, **f):
+    return {"t": t, "wall": t, "src": "x", "kind": kind, **f}
+
+
+def test_reject_and_deadline_miss_ratios_overall_and_per_class():
+    events = [
+        _ev(ev.JOB_SUBMITTED, job="r1", job_class="rt", size=1),
+        _ev(ev.JOB_SUBMITTED, job="r2", job_class="rt", size=1),
+        _ev(ev.JOB_SUBMITTED, job="b1", job_class="be", size=1),
+        _ev(ev.JOB_REJECTED, job="r2", reason="no room"),
+        _ev(ev.JOB_STARTED, job="r1", nodes=[0, 1]),
+        # r1's last stage (rank 1) counts deadlines as it goes; rank 0 reports none; counters only grow.
+        _ev(ev.PROGRESS, 1.0, job="r1", rank=1, unit="deadlines_met", value=80),
+        _ev(ev.PROGRESS, 1.0, job="r1", rank=1, unit="deadlines_missed", value=10),
+        _ev(ev.PROGRESS, 2.0, job="r1", rank=1, unit="deadlines_met", value=90),
+        _ev(ev.PROGRESS, 2.0, job="r1", rank=1, unit="deadlines_missed", value=30),
+        _ev(ev.JOB_FINISHED, 2.0, job="r1"),
+        _ev(ev.JOB_STARTED, job="b1", nodes=[2]),
+        _ev(ev.JOB_FINISHED, 3.0, job="b1"),
+    ]
+    t = results.tally(events)
+    got = t.ratios(t.rows())
+    assert got == {
+        "reject_ratio": 1 / 3,
+        "reject_ratio.be": 0.0,
+        "reject_ratio.rt": 0.5,
+        "deadline_miss_ratio": 30 / 120,
+        "deadline_miss_ratio.rt": 30 / 120,
+    }
+
+
+def test_no_deadline_ratio_without_deadlines_and_one_reject_ratio_for_one_class():
+    events = [_ev(ev.JOB_SUBMITTED, job="a", job_class="compute", size=1), _ev(ev.JOB_REJECTED, job="a")]
+    t = results.tally(events)
+    assert t.ratios(t.rows()) == {"reject_ratio": 1.0}

@@ -139,7 +139,7 @@ def _fingerprint(scn):
     scheme imposes its own), so they are compared apart."""
     out = []
     for j in workload.build(scn):
-        app = j.app.to_dict()
+        app = j.app.model_dump()
         out.append((j.spec, {k: v for k, v in app.items() if k not in ("wait_mode", "spin_time_us")}))
     return out
 
@@ -155,7 +155,7 @@ def test_every_variant_runs_the_same_generated_jobs():
         assert v.scenario.workload == scn.workload
         assert not v.notes
     # The wait mode is the policy's: spin-block under SB; the job's own under gang.
-    modes = {v.name: {j.app.wait_mode for j in workload.build(v.scenario)} for v in vs}
+    modes = {v.name: {j.wait.mode for j in workload.build(v.scenario)} for v in vs}
     assert modes["sb"] == {"spin-block"} and modes["gang"] == {"block", "spin"}
 
 

@@ -1,7 +1,7 @@
 """NAS-like job profiles (paper 003 §5, table 2): named per-iteration shapes of the synthetic app.
 
 These are shapes *inspired by* the NAS Parallel Benchmarks' communication intensity, not the NAS kernels:
-each profile is an ordinary :class:`~testbed.jobs.SyntheticApp` (compute, then rounds of a point-to-point
+each profile is an ordinary synthetic program (apps/synthetic.py: compute, then rounds of a point-to-point
 pattern or a barrier) whose messages per unit of compute follow paper 003's table 2 ranking: EP very
 low, BT and LU low, MG and SP medium, CG and IS high. At 4 processes, messages sent per process per
 emulated second of compute are about 3 (EP), 10 (BT, LU), 100 (MG, SP), 300 (IS) and 800 (CG); the
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.jobs import WORK_UNIT_S
+from testbed.apps.base import WORK_UNIT_S
 
 #: Profile run time (compute only, dedicated) as a fraction of table 2's class-A execution time.
 TIME_SCALE = 0.25
@@ -61,7 +61,7 @@ class Profile:
         return max(1, round(self.class_a_s * TIME_SCALE / (self.gcomp * WORK_UNIT_S)))
 
     def app_fields(self) -> dict:
-        """The SyntheticApp fields this profile defines."""
+        """The synthetic config fields this profile defines."""
         return {
             "iterations": self.iterations(),
             "gcomp": self.gcomp,
@@ -99,7 +99,10 @@ def get(name: str) -> Profile:
     return p
 
 
-def messages_per_compute_s(app, size: int) -> float:
-    """Messages one process sends per emulated second of compute (rate 1): the intensity measure."""
-    c = app.compute_s()
-    return app.messages_per_iteration(size) / c if c > 0 else float("inf")
+def messages_per_compute_s(cfg, size: int) -> float:
+    """Messages one process of a synthetic job (``cfg``, resolved) sends per emulated second of compute
+    (rate 1): the intensity measure."""
+    from testbed.apps.synthetic import messages_per_iteration
+
+    c = cfg.gcomp * WORK_UNIT_S
+    return messages_per_iteration(cfg, size) / c if c > 0 else float("inf")

@@ -1,0 +1,270 @@
+"""Program kinds as plug-ins (docs/architecture.md, "Program kinds").
+
+A *program kind* is what a job's processes run: the synthetic compute/I-O/barrier program today; a
+pipelined real-time vision job, a divisible-load task, an MPI program or a local user's load next. Each
+kind is one module in ``apps/`` with one :class:`ProgramKind` subclass that declares four things:
+
+1. its **config model** (:attr:`ProgramKind.Config`), a frozen pydantic model with ``kind: Literal[name]``;
+   the scenario's ``app:`` sections are the union of every registered kind's model, told apart by
+   ``kind`` (absent: ``synthetic``). The resolved config is the typed spec a worker starts from: it goes
+   to the worker as JSON and comes back as the same model, so no field is defined twice;
+2. **how a worker starts** (:meth:`ProgramKind.launch`): by default the generic harness
+   ``python -m testbed.apps.worker`` (apps/worker.py), which rebuilds the config and calls the kind's
+   :meth:`ProgramKind.run` with a :class:`~testbed.apps.worker.WorkerContext` (rank, size, clock, messaging,
+   memory, reports). A kind whose processes are not Python (an ``mpiexec`` rank) returns another command;
+3. **what its workers report** (:attr:`ProgramKind.reports`): cumulative progress counters by unit
+   (barriers, iterations, frames, bytes) and, by convention, deadlines as the two counters
+   ``deadlines_met`` and ``deadlines_missed``. Results and monitoring understand exactly this vocabulary;
+4. **its model in the simulator** (:meth:`ProgramKind.model`): a generator of the operations below, which
+   the simulator's engine drives (CPU sharing, message latency and bandwidth, wait modes, the node's local
+   policy), so the simulator knows nothing of any one kind.
+
+A kind may add one process outside the nodes the policy allocates (:attr:`ProgramKind.head`: a
+divisible-load head sending the data, an ``mpiexec``): it runs on the cluster's head node, which no policy
+sees, as the last rank. Node-local programs that no global policy places (a local user) are not supported
+yet (docs/architecture.md, "Program kinds").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field
+from testbed.apps.reports import DEADLINES_MET, DEADLINES_MISSED
+
+if TYPE_CHECKING:
+    from testbed.apps.worker import WorkerContext
+
+#: One work unit is this much CPU time on a node of CPU rate 1.0 (emulated seconds).
+WORK_UNIT_S = 0.001
+
+#: How a process waits for a message (tbcomm and the simulator): burning CPU, blocked in the kernel, or
+#: spinning ``spin_time_us`` first and then blocking.
+WAIT_MODES = ("spin", "block", "spin-block")
+#: How a send waits for the receiving NIC's acknowledgement; "none" does not wait (no acknowledgement).
+SEND_WAITS = ("none", *WAIT_MODES)
+
+
+class AppConfig(BaseModel):
+    """Base of every kind's config model: frozen, unknown fields refused (errors name the field)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str
+
+
+class MessagingConfig(AppConfig):
+    """Base of the config of a kind whose processes talk through tbcomm: the receive wait a scenario may
+    ask for. The scheduler may impose its own (a coscheduling scheme is tied to its wait mode): see
+    ``schedulers.base.job_wait``."""
+
+    wait_mode: Literal["spin", "block", "spin-block"] = Field(
+        "block", description="how a receive waits, unless the scheduler imposes its own"
+    )
+    spin_time_us: float = Field(300.0, ge=0, description="spin-block: emulated us spent spinning first")
+
+
+@dataclass(frozen=True)
+class WaitSpec:
+    """How one job's processes wait, as the scheduler and the scenario settled it: for a message
+    (``mode``, spinning ``spin_us`` first in spin-block) and for the acknowledgement of each send
+    (``send_wait``, "none" but under CC)."""
+
+    mode: str = "block"
+    spin_us: float = 300.0
+    send_wait: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.mode not in WAIT_MODES:
+            raise ValueError(f"wait_mode: unknown {self.mode!r}; use one of {', '.join(WAIT_MODES)}")
+        if self.send_wait not in SEND_WAITS:
+            raise ValueError(f"send_wait: unknown {self.send_wait!r}; use one of {', '.join(SEND_WAITS)}")
+        if self.spin_us < 0:
+            raise ValueError(f"spin_time_us must be >= 0, got {self.spin_us}")
+
+
+@dataclass(frozen=True)
+class Reports:
+    """What a kind's workers report: cumulative counters by unit (``progress(unit, value)``, value the
+    running total); deadlines are the units ``deadlines_met`` / ``deadlines_missed``."""
+
+    units: tuple[str, ...] = ()
+
+    @property
+    def deadlines(self) -> bool:
+        return DEADLINES_MET in self.units or DEADLINES_MISSED in self.units
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How one process of a job starts: ``argv`` with ``env`` added to the node's environment (the node
+    adds its own: clock, NIC, run id, the job's messaging settings)."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# What a kind's simulator model yields. The engine runs each operation to completion (taking emulated time,
+# CPU and the node's policy into account) before it asks the model for the next one.
+
+
+class Compute(NamedTuple):
+    """Burn ``cpu_s`` seconds of CPU at rate 1.0 (work units x WORK_UNIT_S)."""
+
+    cpu_s: float
+
+
+class Sleep(NamedTuple):
+    """Wait ``seconds`` (emulated) without using CPU: an I/O operation, a timer."""
+
+    seconds: float
+
+
+class Send(NamedTuple):
+    """Send one ``nbytes``-byte message with ``tag`` to each rank in ``dests`` (asynchronous, as tbcomm:
+    unless the job's sends wait for acknowledgements, the operation ends at once)."""
+
+    dests: tuple[int, ...]
+    nbytes: int = 0
+    tag: int = 0
+
+
+class Recv(NamedTuple):
+    """Consume ``count`` messages with ``tag`` from any source; each is one receive, waiting in the job's
+    wait mode for a message that has not arrived."""
+
+    count: int
+    tag: int = 0
+
+
+class Collective(NamedTuple):
+    """The process enters (``enter``) or leaves a collective operation ``op``: the node's local policy
+    hears of it (HYBRID boosts collectives)."""
+
+    op: str
+    enter: bool
+
+
+class Progress(NamedTuple):
+    """A report: the running total of ``unit`` is now ``value``."""
+
+    unit: str
+    value: float
+
+
+Op = Compute | Sleep | Send | Recv | Collective | Progress
+
+#: Tags below 0 are the collectives' own (as in tbcomm): a barrier's messages never match a user tag.
+TAG_BARRIER = -2
+
+
+@dataclass(frozen=True)
+class SimContext:
+    """What a simulator model may know about its process: its place in the job, and the emulated time
+    (``now()``) when it is asked for its next operation."""
+
+    rank: int
+    size: int
+    now: Callable[[], float]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The registered unit
+
+
+class ProgramKind:
+    """A program kind. Subclasses set the class attributes and implement :meth:`run` and :meth:`model`;
+    the registry (apps/registry.py) finds them by ``name``."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]  # one line for `testbed apps`
+    Config: ClassVar[type[AppConfig]]
+    reports: ClassVar[Reports] = Reports()
+    #: True when the job has one process more than the nodes its policy allocates: rank ``size`` (the
+    #: last), on the cluster's head node, outside the policy's view (a divisible-load head sending the
+    #: data, an ``mpiexec``). Its model and its ``run`` see ``ctx.size`` = allocated nodes + 1.
+    head: ClassVar[bool] = False
+
+    # -- scenario -> job -------------------------------------------------------------------------------
+
+    @classmethod
+    def resolve(cls, cfg: AppConfig) -> AppConfig:
+        """The config a job runs with: defaults filled from anything the config names (a profile)."""
+        return cfg
+
+    @classmethod
+    def ideal_runtime(cls, cfg: AppConfig, cpu_rate: float = 1.0) -> float:
+        """Emulated seconds the job takes alone on dedicated nodes of rate ``cpu_rate`` (the estimate
+        batch policies backfill with, and what generated durations are scaled to)."""
+        raise NotImplementedError
+
+    @classmethod
+    def with_duration(cls, cfg: AppConfig, duration_s: float, cpu_rate: float = 1.0) -> AppConfig:
+        """The config changed so that its ideal run time is about ``duration_s`` (workload generators)."""
+        raise NotImplementedError(f"program kind {cls.name!r} cannot be scaled to a drawn duration")
+
+    @classmethod
+    def memory_mb(cls, cfg: AppConfig, size: int) -> float:
+        """Memory per process (MB) the job needs when the scenario does not say (a profile's figure)."""
+        return 0.0
+
+    @classmethod
+    def with_work(cls, cfg: AppConfig, cpu_s: float, steps: int) -> AppConfig:
+        """The config changed to compute ``cpu_s`` seconds of CPU (at rate 1.0) in ``steps`` steps, the
+        rest of its shape kept (trace replay: a job's recorded run time, in steps of bounded length)."""
+        raise NotImplementedError(f"program kind {cls.name!r} cannot replay a trace's run times")
+
+    @classmethod
+    def default_class(cls, cfg: AppConfig) -> str:
+        """The job class (results and metrics are broken down by it) when the scenario names none."""
+        return cls.name
+
+    @classmethod
+    def wait_request(cls, cfg: AppConfig) -> tuple[str, float, bool] | None:
+        """The receive wait the config asks for: (mode, spin us, explicitly set), or None when the kind
+        has no say (the scheduler's, else block)."""
+        if isinstance(cfg, MessagingConfig):
+            return cfg.wait_mode, cfg.spin_time_us, "wait_mode" in cfg.model_fields_set
+        return None
+
+    # -- real processes --------------------------------------------------------------------------------
+
+    @classmethod
+    def launch(cls, cfg: AppConfig, rank: int, size: int) -> Launch:
+        """The command of rank ``rank``: the generic harness, with the config as JSON."""
+        import sys
+
+        return Launch(
+            (sys.executable, "-m", "testbed.apps.worker"),
+            {"TB_APP": cfg.model_dump_json()},
+        )
+
+    @classmethod
+    def run(cls, cfg: AppConfig, ctx: WorkerContext) -> None:
+        """The worker's body, in the worker process (apps/worker.py calls it). Connect with
+        ``ctx.connect()`` once set-up is done: what comes before it is start-up, not the job's work.
+        Raise to fail the job; the exception's message becomes the reason."""
+        raise NotImplementedError
+
+    # -- simulator -------------------------------------------------------------------------------------
+
+    @classmethod
+    def model(cls, cfg: AppConfig, ctx: SimContext) -> Iterator[Op]:
+        """The process's operations in order, for the simulator's engine."""
+        raise NotImplementedError
+
+    # -- description -----------------------------------------------------------------------------------
+
+    @classmethod
+    def fields(cls) -> dict[str, tuple[Any, str]]:
+        """Config field -> (default, description), for `testbed apps`."""
+        out = {}
+        for name, f in cls.Config.model_fields.items():
+            if name == "kind":
+                continue
+            default = None if f.is_required() else f.get_default(call_default_factory=True)
+            out[name] = (default, f.description or "")
+        return out

@@ -1,0 +1,114 @@
+"""The simulator at scale: 10,000 jobs of a real trace on 1,000 nodes (scenarios/trace-nasa.yaml).
+
+Each figure is one `testbed run ... --backend sim` in a child process, timed from launch to exit (so it
+includes start-up, the workload build, the simulation, writing the event log and the results) with its
+peak resident memory:
+
+- sim_easy_s: batch with EASY backfilling (the scenario as shipped);
+- sim_gang_s: strict gang scheduling, MPL 3, 10-minute quanta;
+- ``*_cpu_s``: the same runs' CPU time (user + system), which another load on the host changes less.
+
+Targets (issue 8): sim_easy_s <= 30, sim_gang_s <= 60, sim_peak_rss_mb <= 1024, on a 2-core machine. A
+baseline measured in the same run, a fixed pure-Python workload of the simulator's kind (a heap of timed
+events, small dicts, JSON lines), gives each time as a ratio too (``*_per_baseline``), to compare hosts or
+runs on a noisy machine.
+
+    python benchmarks/sim_scale.py [--jobs 10000] [--reps 1]
+
+The last line of output is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO = ROOT / "scenarios" / "trace-nasa.yaml"
+GANG = ["--set", "scheduler.name=gang", "--set", "scheduler.params={mpl: 3, quantum_ms: 600000}"]
+
+
+def baseline() -> float:
+    """Seconds for 300,000 timed events through a heap, each making a small record written as JSON."""
+    t = time.perf_counter()
+    heap: list[tuple] = []
+    out = []
+    for i in range(300_000):
+        heapq.heappush(heap, ((i * 7919) % 100_003 * 1e-3, i, "k", (i,)))
+        if len(heap) > 1000:
+            when, seq, kind, payload = heapq.heappop(heap)
+            rec = {"t": round(when, 9), "wall": when, "src": "node1", "kind": kind, "job": payload[0]}
+            out.append(json.dumps(rec, separators=(",", ":")))
+    return time.perf_counter() - t
+
+
+def run(args: list[str], out: Path) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system) of one `testbed run` child process."""
+    cmd = [sys.executable, "-m", "testbed.cli", "run", str(SCENARIO), "--backend", "sim", "-q"]
+    cmd += ["--out", str(out)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    proc = subprocess.Popen([*cmd, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _, err = proc.communicate()
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"testbed run failed ({proc.returncode}): {err.strip()}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def main(argv: list[str] | None = None) -> int:
+    doc = __doc__.split("\n")[0]
+    parser = argparse.ArgumentParser(prog="python benchmarks/sim_scale.py", description=doc)
+    parser.add_argument("--jobs", type=int, default=10_000, help="trace jobs replayed (default 10000)")
+    parser.add_argument("--reps", type=int, default=1, help="runs of each figure; the median is reported")
+    args = parser.parse_args(argv)
+    common = ["--set", f"workload.trace.count={args.jobs}"]
+    base = statistics.median(baseline() for _ in range(3))
+    figures: dict[str, list[float]] = {"easy": [], "gang": []}
+    cpu: dict[str, list[float]] = {"easy": [], "gang": []}
+    with tempfile.TemporaryDirectory(prefix="sim-scale-") as tmp:
+        for rep in range(args.reps):
+            for name, extra in (("easy", []), ("gang", GANG)):
+                out = Path(tmp) / f"{name}-{rep}"
+                t = time.perf_counter()
+                wall, used = run([*common, *extra], out)
+                figures[name].append(wall)
+                cpu[name].append(used)
+                summary = json.loads((out / "summary.json").read_text())
+                print(
+                    f"{name:>4}: {wall:6.1f} s ({used:.1f} s CPU)  {summary['jobs']} jobs, "
+                    f"{summary['jobs_by_state']}, makespan {summary['makespan_s']:.0f} s "
+                    f"({time.perf_counter() - t:.1f} s)",
+                    flush=True,
+                )
+    # The largest peak resident memory of the children (each run is one process: no Ray in the simulator).
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
+    easy, gang = statistics.median(figures["easy"]), statistics.median(figures["gang"])
+    result = {
+        "sim_easy_s": round(easy, 2),
+        "sim_gang_s": round(gang, 2),
+        "sim_easy_cpu_s": round(statistics.median(cpu["easy"]), 2),
+        "sim_gang_cpu_s": round(statistics.median(cpu["gang"]), 2),
+        "sim_peak_rss_mb": round(peak, 1),
+        "jobs": args.jobs,
+        "nodes": 1000,
+        "baseline_s": round(base, 3),
+        "sim_easy_per_baseline": round(easy / base, 1),
+        "sim_gang_per_baseline": round(gang / base, 1),
+        "targets": {"sim_easy_s": 30, "sim_gang_s": 60, "sim_peak_rss_mb": 1024},
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

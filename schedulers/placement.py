@@ -1,0 +1,155 @@
+"""Placement helpers shared by the schedulers that put jobs on nodes (batch, local and the coscheduling
+family on top of it, gang, paired gang): node choice (PACKING's contiguous blocks, least-loaded nodes),
+the FCFS arrival queue, the check for jobs that can never fit, and memory-aware allocation with its
+parameter group."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from .base import GlobalAction, GlobalPolicy, JobSpec, Reject
+from .params import PolicyParams, param
+
+
+def contiguous_block(free: Sequence[int], size: int) -> tuple[int, ...] | None:
+    """The lowest-numbered run of ``size`` consecutive node numbers in ``free`` (sorted), or None."""
+    if size <= 0:
+        return ()
+    run_start = 0
+    for i in range(len(free)):
+        if i > 0 and free[i] != free[i - 1] + 1:
+            run_start = i
+        if i - run_start + 1 == size:
+            return tuple(free[run_start : i + 1])
+    return None
+
+
+def pack(free: Iterable[int], size: int) -> tuple[int, ...]:
+    """PACKING: the first contiguous block that fits, else the lowest-numbered free nodes."""
+    ordered = sorted(free)
+    block = contiguous_block(ordered, size)
+    return block if block is not None else tuple(ordered[:size])
+
+
+def least_loaded(load: list[int], eligible: list[int], size: int) -> tuple[int, ...]:
+    """The ``size`` least-loaded eligible nodes (ties: lowest index); a contiguous block of nodes with the
+    same total load is preferred, the lowest such block first."""
+    ranked = sorted(eligible, key=lambda n: (load[n], n))
+    best = ranked[:size]
+    target = sum(load[n] for n in best)
+    ok = set(eligible)
+    # Sliding window over node numbers: total load and count of ineligible nodes in the window.
+    window_load = 0
+    blocked = 0
+    for last in range(len(load)):
+        window_load += load[last]
+        blocked += last not in ok
+        first = last - size + 1
+        if first > 0:
+            window_load -= load[first - 1]
+            blocked -= (first - 1) not in ok
+        if first >= 0 and blocked == 0 and window_load == target:
+            return tuple(range(first, last + 1))
+    return tuple(sorted(best))
+
+
+def oversize_reason(job: JobSpec, nodes: int) -> str | None:
+    """Why a job can never run on a cluster of ``nodes`` uniprocessor nodes, or None if it can."""
+    if job.size < 1:
+        return f"job {job.job_id} asks for {job.size} processes; a job needs at least 1"
+    if job.size > nodes:
+        return (
+            f"job {job.job_id} needs {job.size} nodes but the cluster has only {nodes}; it could never start"
+        )
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------
+# Memory-aware allocation (paper 003 §5.3)
+
+
+class MemoryAwareParams(PolicyParams):
+    """The allocation parameter every placing scheduler accepts."""
+
+    memory_aware: bool = param(
+        True, "place a process only where it fits in the node's free memory (needs cluster.memory_mb)"
+    )
+
+
+class NodeMemory:
+    """Memory-aware allocation (paper 003 §5.3), shared by the schedulers that place jobs on nodes.
+
+    Tracks the memory the placed processes hold on each node (``JobSpec.memory_mb`` per process; a
+    stopped process keeps its memory). While the check is on (``memory_aware``, default true, and the
+    owner told the policy its node memory through ``set_node_memory``), a process may go on a node only
+    if it fits in that node's free memory, so a job that does not fit waits in the queue instead of
+    making a node swap; a job larger than a whole node is rejected.
+    """
+
+    def __init__(self, policy: GlobalPolicy) -> None:
+        self.policy = policy
+        # A scheduler declared with a plain defaults dict may lack the parameter: the check stays on.
+        self.aware = policy.params.get("memory_aware", True)
+        self.used = [0.0] * policy.nodes
+        self.held: dict[str, tuple[tuple[int, ...], float]] = {}  # job -> (nodes, MB per process)
+
+    @property
+    def capacity(self) -> float | None:
+        """Memory of one node (MB) when the check is on, else None."""
+        return self.policy.node_memory_mb if self.aware else None
+
+    def never_fits(self, job: JobSpec) -> str | None:
+        """Why ``job`` can never start on this cluster's nodes (a process bigger than a node), or None."""
+        cap = self.capacity
+        if cap is None or job.memory_mb <= cap:
+            return None
+        return (
+            f"job {job.job_id} needs {job.memory_mb:g} MB of memory per process but a node has only "
+            f"{cap:g} MB; it could never start without swapping"
+        )
+
+    def fits(self, node: int, job: JobSpec) -> bool:
+        cap = self.capacity
+        return cap is None or self.used[node] + job.memory_mb <= cap * (1 + 1e-12)
+
+    def fitting(self, nodes: Iterable[int], job: JobSpec) -> list[int]:
+        """The nodes of ``nodes`` (in their order) where one more process of ``job`` fits."""
+        cap = self.capacity
+        if cap is None:
+            return list(nodes)
+        limit, mb, used = cap * (1 + 1e-12), job.memory_mb, self.used
+        return [n for n in nodes if used[n] + mb <= limit]  # fits()'s own comparison, term for term
+
+    def take(self, job: JobSpec, nodes: Iterable[int]) -> None:
+        """``job``'s processes now hold their memory on ``nodes`` (one entry per process)."""
+        nodes = tuple(nodes)
+        self.held[job.job_id] = (nodes, job.memory_mb)
+        for n in nodes:
+            self.used[n] += job.memory_mb
+
+    def release(self, job_id: str) -> None:
+        """``job_id`` ended: its memory is free again (nothing if it held none)."""
+        nodes, mb = self.held.pop(job_id, ((), 0.0))
+        for n in nodes:
+            self.used[n] = max(0.0, self.used[n] - mb)
+
+
+class FcfsQueue(GlobalPolicy):
+    """An FCFS arrival queue in front of ``_schedule(now)``; jobs that can never fit are rejected at once."""
+
+    queue: list[JobSpec]
+    mem: NodeMemory
+
+    def node_up(self, now: float, node: int) -> list[GlobalAction]:
+        super().node_up(now, node)
+        return self._schedule(now)
+
+    def submit(self, now: float, job: JobSpec) -> list[GlobalAction]:
+        reason = oversize_reason(job, self.nodes) or self.mem.never_fits(job)
+        if reason is not None:
+            return [Reject(job.job_id, reason)]
+        self.queue.append(job)
+        return self._schedule(now)
+
+    def _schedule(self, now: float) -> list[GlobalAction]:  # pragma: no cover - interface
+        raise NotImplementedError

@@ -1,0 +1,327 @@
+"""The decision core: the job table, the job-state machine, and the one place where a global policy's
+actions are checked and carried out (docs/architecture.md, "One decision core").
+
+The coordinator (real processes) and the simulator both own a :class:`DecisionCore` and differ only in
+their :class:`Backend`: how a job's processes start and stop, how a slot plan reaches the nodes, and how
+the next policy tick is timed. Everything else, in the same order in both, happens here: the job events
+of the log (submitted, rejected, started, finished, failed, killed, requeued), which policy method hears
+of what, and the refusal of an action that cannot be carried out, with an error that names the policy.
+
+Job states::
+
+    pending --arrives--> queued --Start--> running --all ranks exit 0--> finished
+                           |  ^               |--a rank fails---------> failed
+                  Reject   |  |  Requeue /    |--Kill-----------------> killed
+                           v  |  node down    |--the run ends---------> killed
+                       rejected  (requeue)    `--its node goes down---> failed (or queued again)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from testbed import events as ev
+from testbed.jobs import Job
+from testbed.schedulers.base import Dispatch, GlobalAction, GlobalPolicy, Kill, Reject, Requeue, Start
+
+PENDING, QUEUED, RUNNING = "pending", "queued", "running"
+FINISHED, FAILED, KILLED, REJECTED = "finished", "failed", "killed", "rejected"
+FINAL = (FINISHED, FAILED, KILLED, REJECTED)
+
+#: What becomes of the jobs running on a node that goes down (the scenario's ``faults.on_node_down``).
+ON_NODE_DOWN = ("fail", "requeue")
+
+
+class PolicyError(RuntimeError):
+    """A policy asked for something that cannot be done; the message names the policy and the action."""
+
+
+class Backend(Protocol):
+    """How one backend carries out what the core decided."""
+
+    def launch(self, job: Job, nodes: tuple[int, ...]) -> None:
+        """Start the job's processes now, rank i on ``nodes[i]``."""
+
+    def kill(self, job: Job, nodes: tuple[int, ...], reason: str) -> None:
+        """Kill whatever is left of the job's processes on ``nodes`` (the live ones)."""
+
+    def dispatch(self, plan: Dispatch, nodes: Sequence[int]) -> None:
+        """Send the slot plan to ``nodes`` (those of ``plan.allowed`` that are up)."""
+
+    def policy_consulted(self) -> None:
+        """The policy was just asked something: its next tick may have moved."""
+
+
+@dataclass
+class JobRecord:
+    job: Job
+    state: str = PENDING
+    nodes: tuple[int, ...] = ()
+    ranks_ok: set[int] = field(default_factory=set)
+    starts: int = 0
+
+
+class DecisionCore:
+    """The job table of one run and the application of its global policy's actions.
+
+    ``emit(kind, t, **fields)`` writes a job event to the log; ``on_node_down`` is the scenario's choice
+    for the jobs of a node that goes down. Inputs (each ``now`` is emulated time): :meth:`submit`,
+    :meth:`tick`, :meth:`utilization`, :meth:`rank_exited`, :meth:`fail`, :meth:`node_down`,
+    :meth:`node_up`, :meth:`end`."""
+
+    def __init__(
+        self,
+        jobs: Iterable[Job],
+        policy: GlobalPolicy,
+        policy_name: str,
+        nodes: int,
+        backend: Backend,
+        emit: Callable[..., Any],
+        on_node_down: str = "fail",
+    ) -> None:
+        if on_node_down not in ON_NODE_DOWN:
+            raise ValueError(f"on_node_down: {on_node_down!r}; use one of {', '.join(ON_NODE_DOWN)}")
+        self.policy = policy
+        self.name = policy_name
+        self.nodes = nodes
+        self.backend = backend
+        self.emit = emit
+        self.on_node_down = on_node_down
+        self.jobs: dict[str, JobRecord] = {}
+        for job in jobs:
+            if job.job_id in self.jobs:
+                raise ValueError(f"jobs: job id {job.job_id!r} appears twice")
+            self.jobs[job.job_id] = JobRecord(job)
+        self.down: dict[int, str] = {}
+        self.ended: str | None = None
+        self.open = len(self.jobs)  # jobs not in a final state
+        #: Called with the seconds each policy call took (the coordinator's decision-time metric).
+        self.on_decision: Callable[[float], None] | None = None
+        self._cap = policy.max_jobs_per_node()
+        self._load = [0] * nodes  # running jobs holding each node (with a bounded capacity)
+
+    # ----------------------------------------------------------------------------------------------------
+    # Inputs
+
+    def submit(self, now: float, job_id: str) -> None:
+        rec = self.jobs[job_id]
+        if self.ended or rec.state != PENDING:
+            return
+        spec = rec.job.spec
+        rec.state = QUEUED
+        self.emit(ev.JOB_SUBMITTED, now, job=job_id, size=spec.size, job_class=spec.job_class)
+        self._ask(now, self.policy.submit, spec)
+        if rec.state != REJECTED:
+            self.emit(ev.JOB_ADMITTED, now, job=job_id)
+
+    def tick(self, now: float) -> None:
+        if not self.ended:
+            self._ask(now, self.policy.tick)
+
+    def utilization(self, now: float, job_id: str, rank: int, util: float, interval: float) -> None:
+        """A process's CPU share over the quantum that just ended (policies that want it)."""
+        rec = self.jobs.get(job_id)
+        if rec is not None and rec.state == RUNNING and not self.ended:
+            self._ask(now, self.policy.utilization, job_id, rank, util, interval)
+
+    def rank_exited(
+        self,
+        now: float,
+        job_id: str,
+        rank: int,
+        ok: bool,
+        reason: str | None = None,
+        attempt: int | None = None,
+    ) -> None:
+        """A process of a running job ended by itself: the job finishes once every rank has exited
+        cleanly, and fails at the first that did not (the others are killed). ``attempt``: the start of
+        the job the process belonged to; a process of an earlier start (requeued since) is ignored."""
+        rec = self.jobs.get(job_id)
+        if rec is None or rec.state != RUNNING or (attempt is not None and attempt != rec.starts):
+            return
+        if not ok:
+            self.fail(now, job_id, reason or f"rank {rank} failed")
+            return
+        rec.ranks_ok.add(rank)
+        if len(rec.ranks_ok) == rec.job.processes:
+            self._final(rec, FINISHED)
+            self.emit(ev.JOB_FINISHED, now, job=job_id)
+            self._ask(now, self.policy.finished, job_id)
+
+    def fail(self, now: float, job_id: str, reason: str) -> None:
+        """The running job fails (a rank failed, could not start, or lost its node)."""
+        rec = self.jobs.get(job_id)
+        if rec is None or rec.state != RUNNING:
+            return
+        self._final(rec, FAILED)
+        self.emit(ev.JOB_FAILED, now, job=job_id, reason=reason)
+        self._stop(rec, reason)
+        if not self.ended:
+            self._ask(now, self.policy.finished, job_id)
+
+    def node_down(self, now: float, node: int, reason: str) -> None:
+        """``node`` failed (a scripted fault, or its agent died): its jobs fail or go back to the queue,
+        as the scenario says, then the policy hears of it."""
+        if node in self.down or self.ended:
+            return
+        self.down[node] = reason
+        self.emit(ev.NODE_DOWN, now, node=node, reason=reason)
+        why = f"node {node} went down ({reason})"
+        requeued = []
+        for rec in [r for r in self.jobs.values() if r.state == RUNNING and node in r.nodes]:
+            if self.on_node_down == "requeue":
+                self._requeue(now, rec, why)
+                self._ask(now, self.policy.finished, rec.job.job_id)
+                requeued.append(rec)
+            else:
+                self.fail(now, rec.job.job_id, why)
+        self._ask(now, self.policy.node_down, node)
+        for rec in requeued:  # after node_down: the policy must not place them there again
+            self._ask(now, self.policy.submit, rec.job.spec)
+
+    def node_up(self, now: float, node: int) -> None:
+        if node not in self.down or self.ended:
+            return
+        del self.down[node]
+        self.emit(ev.NODE_UP, now, node=node)
+        self._ask(now, self.policy.node_up, node)
+
+    def end(self, now: float, reason: str) -> None:
+        """The run ends now (duration reached, interrupted, an error): every running or queued job is
+        killed with ``reason``."""
+        if self.ended:
+            return
+        self.ended = reason
+        for rec in self.jobs.values():
+            if rec.state == RUNNING:
+                self._final(rec, KILLED)
+                self.emit(ev.JOB_KILLED, now, job=rec.job.job_id, reason=reason)
+                self._stop(rec, reason)
+            elif rec.state == QUEUED:
+                self._final(rec, KILLED)
+                self.emit(ev.JOB_KILLED, now, job=rec.job.job_id, reason=f"{reason} before it started")
+
+    # ----------------------------------------------------------------------------------------------------
+    # Queries
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for rec in self.jobs.values():
+            out[rec.state] = out.get(rec.state, 0) + 1
+        return out
+
+    def running_on(self, node: int) -> list[JobRecord]:
+        return [r for r in self.jobs.values() if r.state == RUNNING and node in r.nodes]
+
+    # ----------------------------------------------------------------------------------------------------
+    # Applying the policy's actions
+
+    def _ask(self, now: float, method, *args) -> None:
+        if self.on_decision is None:
+            actions = method(now, *args)
+        else:
+            t = time.perf_counter()
+            actions = method(now, *args)
+            self.on_decision(time.perf_counter() - t)
+        self.backend.policy_consulted()
+        self.apply(now, actions)
+
+    def apply(self, now: float, actions: Sequence[GlobalAction]) -> None:
+        for a in actions:
+            if isinstance(a, Start):
+                self._start(now, a)
+            elif isinstance(a, Dispatch):
+                self._dispatch(now, a)
+            elif isinstance(a, Reject):
+                rec = self._record(a, QUEUED)
+                self._final(rec, REJECTED)
+                self.emit(ev.JOB_REJECTED, now, job=a.job_id, reason=a.reason)
+            elif isinstance(a, Kill):
+                rec = self._record(a, RUNNING)
+                reason = f"{ev.POLICY_KILL}: {a.reason}"
+                self._final(rec, KILLED)
+                self.emit(ev.JOB_KILLED, now, job=a.job_id, reason=reason)
+                self._stop(rec, reason)
+            elif isinstance(a, Requeue):
+                self._requeue(now, self._record(a, RUNNING), a.reason)
+            else:
+                raise PolicyError(
+                    f"scheduler '{self.name}': returned {a!r}, not Start, Reject, Dispatch, Kill or Requeue"
+                )
+
+    def _refuse(self, action, why: str) -> PolicyError:
+        return PolicyError(f"scheduler '{self.name}': {type(action).__name__} of job {action.job_id}: {why}")
+
+    def _record(self, action, state: str) -> JobRecord:
+        rec = self.jobs.get(action.job_id)
+        if rec is None:
+            raise self._refuse(action, "no such job")
+        if rec.state != state:
+            raise self._refuse(action, f"the job is {rec.state}, not {state}")
+        return rec
+
+    def _start(self, now: float, a: Start) -> None:
+        rec = self._record(a, QUEUED)
+        nodes = tuple(a.nodes)
+        size = rec.job.spec.size
+        if len(nodes) != size:
+            raise self._refuse(a, f"{len(nodes)} nodes {list(nodes)} for a job of size {size}")
+        bad = [n for n in nodes if not 0 <= n < self.nodes]
+        if bad:
+            raise self._refuse(a, f"node(s) {bad} out of range (the cluster has nodes 0..{self.nodes - 1})")
+        dead = [n for n in nodes if n in self.down]
+        if dead:
+            raise self._refuse(a, f"node(s) {dead} are down")
+        if self._cap is not None:
+            full = sorted({n for n in nodes if self._load[n] + nodes.count(n) > self._cap})
+            if full:
+                raise self._refuse(
+                    a, f"node(s) {full} would hold more than {self._cap} job(s), the policy's own limit"
+                )
+            for n in nodes:
+                self._load[n] += 1
+        rec.state, rec.nodes = RUNNING, nodes
+        rec.ranks_ok = set()
+        rec.starts += 1
+        self.emit(ev.JOB_STARTED, now, job=a.job_id, nodes=list(nodes))
+        self.backend.launch(rec.job, nodes)
+
+    def _dispatch(self, now: float, d: Dispatch) -> None:
+        bad = [n for n in d.allowed if not 0 <= n < self.nodes]
+        if bad:
+            raise PolicyError(
+                f"scheduler '{self.name}': Dispatch of slot {d.slot}: node(s) {bad} out of range "
+                f"(the cluster has nodes 0..{self.nodes - 1})"
+            )
+        unknown = sorted({j for jobs in d.allowed.values() for j in jobs if j not in self.jobs})
+        if unknown:
+            raise PolicyError(f"scheduler '{self.name}': Dispatch of slot {d.slot}: no such job(s) {unknown}")
+        self.emit(ev.SLOT_PLANNED, now, slot=d.slot, at=d.at, rows=list(d.rows))
+        self.backend.dispatch(d, [n for n in d.allowed if n not in self.down])
+
+    def _requeue(self, now: float, rec: JobRecord, reason: str) -> None:
+        self._release(rec)
+        rec.state = QUEUED
+        self.emit(ev.JOB_REQUEUED, now, job=rec.job.job_id, reason=reason)
+        self.backend.kill(rec.job, self._live(rec), reason)
+        rec.nodes = ()
+
+    def _stop(self, rec: JobRecord, reason: str) -> None:
+        self.backend.kill(rec.job, self._live(rec), reason)
+
+    def _live(self, rec: JobRecord) -> tuple[int, ...]:
+        return tuple(n for n in dict.fromkeys(rec.nodes) if n not in self.down)
+
+    def _final(self, rec: JobRecord, state: str) -> None:
+        if rec.state == RUNNING:
+            self._release(rec)
+        rec.state = state
+        self.open -= 1
+
+    def _release(self, rec: JobRecord) -> None:
+        if self._cap is not None and rec.state == RUNNING:
+            for n in rec.nodes:
+                self._load[n] -= 1

@@ -1,0 +1,78 @@
+"""Standard Workload Format (SWF) traces, as the Parallel Workloads Archive publishes them.
+
+One job per line, 18 whitespace-separated fields, -1 for unknown; header lines start with ``;`` and carry
+``Key: value`` facts (MaxNodes, MaxProcs, UnixStartTime, ...). Gzipped files are read as such. No PyPI
+package reads SWF (the ones named so are absent or read other formats), and the format is 18 numbers.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+FIELDS = (
+    "job", "submit", "wait", "run", "procs", "cpu", "memory", "req_procs", "req_time", "req_memory",
+    "status", "user", "group", "executable", "queue", "partition", "preceding", "think",
+)  # fmt: skip
+
+
+class TraceError(ValueError):
+    """The file is not a usable SWF trace; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    job: int
+    submit: float  # seconds from the trace's start
+    run: float  # seconds
+    procs: int  # allocated (requested when the trace lacks it)
+    req_time: float | None  # the user's estimate, seconds
+    status: int
+
+
+def header(path: str | Path) -> dict[str, str]:
+    """The header's ``Key: value`` facts (first occurrence of each key)."""
+    out: dict[str, str] = {}
+    for line in _lines(path):
+        if not line.startswith(";"):
+            break
+        key, sep, value = line[1:].partition(":")
+        if sep and key.strip() and key.strip() not in out:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def read(path: str | Path) -> Iterator[TraceJob]:
+    """The trace's jobs in file order. Lines that are not 18 numbers are an error naming the line."""
+    for n, line in enumerate(_lines(path), start=1):
+        if not line or line.startswith(";"):
+            continue
+        parts = line.split()
+        if len(parts) != len(FIELDS):
+            raise TraceError(f"{path}:{n}: {len(parts)} fields, an SWF job line has {len(FIELDS)}")
+        try:
+            v = [float(p) for p in parts]
+        except ValueError:
+            raise TraceError(f"{path}:{n}: not a number in {line.strip()!r}") from None
+        procs = int(v[4]) if v[4] > 0 else int(v[7])
+        yield TraceJob(
+            job=int(v[0]),
+            submit=v[1],
+            run=v[3],
+            procs=procs,
+            req_time=v[8] if v[8] > 0 else None,
+            status=int(v[10]),
+        )
+
+
+def _lines(path: str | Path) -> Iterator[str]:
+    p = Path(path)
+    opener = gzip.open if p.suffix == ".gz" else open
+    try:
+        with opener(p, "rt", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                yield line.strip()
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot read it as an SWF trace ({exc.strerror or exc})") from None
