@@ -155,14 +155,6 @@ def apply(op: str, img):
     raise ValueError(f"unknown stage operation {op!r}; use one of {', '.join(OPERATIONS)}")
 
 
-def burn_to(target_cpu_s: float) -> None:
-    """Spins until this thread's CPU clock reaches ``target_cpu_s`` (the stage's phi, top-up)."""
-    x = 1
-    while time.thread_time() < target_cpu_s:
-        for i in range(200):
-            x = (x * 31 + i) & 0xFFFFF
-
-
 class Vision(ProgramKind):
     name = "vision"
     summary = (
@@ -228,6 +220,7 @@ class Vision(ProgramKind):
     def run(cls, cfg: VisionConfig, ctx) -> None:
         import cv2
         import numpy as np
+        from testbed.apps.work import work
         from testbed.apps.worker import WorkerError
 
         cv2.setNumThreads(1)
@@ -277,7 +270,7 @@ class Vision(ProgramKind):
                     raise WorkerError(f"stage {rank} got frame {idx}, expected {k}")
                 img = np.frombuffer(msg, np.uint8, offset=_HEADER.size).reshape(shape)
             out = apply(op, img)
-            burn_to(c0 + phi_s)
+            work((phi_s - (time.thread_time() - c0)) / WORK_UNIT_S)  # the top-up to phi
             if rank < size - 1:
                 comm.send(rank + 1, _HEADER.pack(k, release) + out.tobytes(), _TAG)
                 continue
