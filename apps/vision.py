@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from testbed.apps.base import (
     WORK_UNIT_S,
     Compute,
@@ -64,9 +64,7 @@ class VisionConfig(MessagingConfig):
         10.0, description="phi: work units (ms of CPU at rate 1.0) per frame, one for all stages or one each"
     )
     period_ms: float = Field(1000.0 / 30, gt=0, description="d: one frame every period_ms emulated ms")
-    buffer: int = Field(
-        10, ge=1, description="b: frames the display buffers (frame k is due b*d after release)"
-    )
+    buffer: int = Field(10, description="b: frames the display buffers (frame k is due b*d after release)")
     frames: int = Field(90, ge=1, description="frames the job processes (its length is about frames * d)")
     width: int = Field(160, ge=16, le=4096, description="frame width in pixels")
     height: int = Field(120, ge=16, le=4096, description="frame height in pixels")
@@ -74,6 +72,16 @@ class VisionConfig(MessagingConfig):
         None, gt=0, description="w: a job still waiting in the queue after this long is turned away"
     )
     seed: int = Field(0, description="seed of the generated video")
+
+    @field_validator("buffer")
+    @classmethod
+    def _buffer_positive(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError(
+                f"b = {v}: the display must buffer at least 1 frame (frame k is due b*d after its release); "
+                "set buffer >= 1"
+            )
+        return v
 
     @model_validator(mode="after")
     def _phi_per_stage(self):

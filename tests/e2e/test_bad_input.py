@@ -29,6 +29,19 @@ TINY = {
 }
 
 
+# Paper 000's real-time pipeline (issue 10): two stages on two nodes, 5 ms of work per frame of 33 ms.
+VISION = {
+    **TINY,
+    "scheduler": {"name": "2dcs-ps"},
+    "workload": {
+        "jobs": [
+            {"id": "rt", "size": 2, "app": {"kind": "vision", "stages": ["decode", "edges"], "work_units": 5}}
+        ]
+    },
+}
+_APP = "workload.jobs.0.app"
+
+
 def cli(args: list[str], cwd: Path, prefix: list[str] = (), env: dict | None = None, timeout: float = 120):
     return subprocess.run(
         [*prefix, sys.executable, "-m", "testbed.cli", *args],
@@ -66,6 +79,7 @@ def _cases(tmp: Path) -> list[tuple[str, Path, list[str], str]]:
     bad_utf8.write_bytes("name: caf\xe9\n".encode("latin-1"))
     tiny = write(tmp / "tiny.yaml", TINY)
     a_file = write(tmp / "a-file", "x")
+    vision = write(tmp / "vision.yaml", VISION)
     full = tmp / "full"
     full.mkdir()
     (full / "notes.txt").write_text("mine")
@@ -95,6 +109,37 @@ def _cases(tmp: Path) -> list[tuple[str, Path, list[str], str]]:
             tiny,
             ["--set", "cluster.nodes=200", "--set", "clock.control_reserve_cores=0.3"],
             "cluster.cfs_period_ms: a node's CPU quota would be",
+        ),
+        (
+            "vision-more-stages-than-nodes",
+            vision,
+            ["--set", f"{_APP}.stages=[decode,edges,label]", "--set", "workload.jobs.0.size=3"],
+            f"{_APP}.stages: 3 stages, one process each, but the cluster has 2 nodes; use fewer stages",
+        ),
+        (
+            "vision-phi-above-d",
+            vision,
+            ["--set", f"{_APP}.work_units=[5,40]"],
+            f"{_APP}.work_units.1: stage 1 needs 40 ms of CPU per frame on a node of rate 1 but a frame "
+            "comes every period_ms = 33.3333 ms: no node can keep up (infeasible)",
+        ),
+        (
+            "vision-unknown-operation",
+            vision,
+            ["--set", f"{_APP}.stages=[decode,sharpen]"],
+            f"{_APP}.stages.1: Input should be 'decode', 'denoise',",
+        ),
+        (
+            "vision-b-0",
+            vision,
+            ["--set", f"{_APP}.buffer=0"],
+            f"{_APP}.buffer: b = 0: the display must buffer",
+        ),
+        (
+            "vision-size-not-stages",
+            vision,
+            ["--set", "workload.jobs.0.size=1"],
+            "workload.jobs.0.size: 1, but its vision program has 2 processes; set size: 2",
         ),
         ("bad-set", tiny, ["--set", "cluster.nodes"], "--set 'cluster.nodes': expected KEY=VALUE"),
         ("unknown-backend", tiny, ["--backend", "k8s"], "--backend: unknown backend 'k8s'"),
