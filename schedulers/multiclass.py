@@ -567,6 +567,14 @@ class ClassLocal(PbSbLocal):
         super().forget(proc)
         self.rt.pop(proc, None)
 
+    def expire(self, now: float, key, at: float) -> None:
+        # PB-SB's pick chooses among BE processes only: with fewer than two there is nothing to choose,
+        # and the timer stops until a BE process arrives (RT-only nodes then hear no pick every interval).
+        if key == ("pick",) and sum(p not in self.rt for p in self.procs) < 2:
+            self.favourite = None
+            return
+        super().expire(now, key, at)
+
     def on_event(self, now: float, event: LocalEvent):
         out = super().on_event(now, event)  # bookkeeping; nice values are recomputed below
         self.favour = self.favoured(now)
