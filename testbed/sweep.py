@@ -43,9 +43,15 @@ METRICS = (
     "energy_j",
 )
 #: Compared when some variant's summary has them: the share of paired quanta (paired gang), the share of
-#: jobs rejected and of deadlines missed (admission control, real-time classes), and the per-class
-#: progress rates (``barriers_per_s.<class>``, paper 002).
-OPTIONAL_METRICS = ("quanta_paired_fraction", "reject_ratio", "deadline_miss_ratio")
+#: jobs rejected and of deadlines missed (admission control, real-time classes), paper 000's RT jobs turned
+#: away and BE mean response time, and the per-class progress rates (``barriers_per_s.<class>``, paper 002).
+OPTIONAL_METRICS = (
+    "quanta_paired_fraction",
+    "reject_ratio",
+    "deadline_miss_ratio",
+    "rt_rejected_ratio",
+    "be_mean_response_time_s",
+)
 
 
 def is_metric(name: str) -> bool:

@@ -99,3 +99,29 @@ def test_no_deadline_ratio_without_deadlines_and_one_reject_ratio_for_one_class(
     events = [_ev(ev.JOB_SUBMITTED, job="a", job_class="compute", size=1), _ev(ev.JOB_REJECTED, job="a")]
     t = results.tally(events)
     assert t.ratios(t.rows()) == {"reject_ratio": 1.0}
+
+
+def test_paper_000_figures_from_realtime_jobs_and_latency_samples():
+    events = [
+        # Two RT jobs (job_submitted says realtime), one turned away; two BE jobs, one still running.
+        _ev(ev.JOB_SUBMITTED, job="r1", job_class="rt", size=2, realtime=True),
+        _ev(ev.JOB_SUBMITTED, job="r2", job_class="rt", size=2, realtime=True),
+        _ev(ev.JOB_SUBMITTED, 0.5, job="b1", job_class="be", size=1),
+        _ev(ev.JOB_SUBMITTED, 1.0, job="b2", job_class="be", size=1),
+        _ev(ev.JOB_REJECTED, 1.5, job="r2", reason="waited 1.5 s (its w)"),
+        _ev(ev.JOB_STARTED, job="r1", nodes=[0, 1]),
+        _ev(ev.JOB_STARTED, 0.5, job="b1", nodes=[2]),
+        _ev(ev.JOB_STARTED, 1.0, job="b2", nodes=[3]),
+        # Latency samples are one observation each (mean of 0.05, 0.07, 0.03), not a running total.
+        _ev(ev.PROGRESS, 1.0, job="r1", rank=1, unit="frame_latency_s", value=0.05),
+        _ev(ev.PROGRESS, 1.1, job="r1", rank=1, unit="frame_latency_s", value=0.07),
+        _ev(ev.PROGRESS, 1.2, job="r1", rank=1, unit="frame_latency_s", value=0.03),
+        _ev(ev.JOB_FINISHED, 2.0, job="r1"),
+        _ev(ev.JOB_FINISHED, 4.5, job="b1"),  # response 4.0 s
+    ]
+    t = results.tally(events)
+    got = t.ratios(t.rows())
+    assert got["rt_rejected_ratio"] == 0.5
+    assert got["be_mean_response_time_s"] == 4.0  # b2 never finished: not counted
+    assert abs(got["frame_latency_s_mean.rt"] - 0.05) < 1e-12 and got["frame_latency_s_max.rt"] == 0.07
+    assert not any(k.startswith("frame_latency_s_per_s") for k in t.progress_rates())
