@@ -50,7 +50,7 @@ from .base import (
 from .cosched import NICE_MAX, NICE_MIN, PbSbLocal, PeriodicParams, SpinBlockParams, WakeParams
 from .gang import GangLocal
 from .params import PolicyParams, param, rule_error
-from .placement import contiguous_block, oversize_reason
+from .placement import MemoryAwareParams, NodeMemory, contiguous_block, oversize_reason
 
 RT, BE = "rt", "be"
 _NICE = {"noun": "a whole nice value", "ge": NICE_MIN, "le": NICE_MAX}
@@ -66,7 +66,7 @@ def is_rt(job: JobSpec | None) -> bool:
 # Parameters
 
 
-class MulticlassParams(PolicyParams):
+class MulticlassParams(MemoryAwareParams):
     fairness_x: float = param(
         2.0, "x of the fairness ratio x:y (RT's share of the cluster)", noun="a number", gt=0
     )
@@ -178,6 +178,7 @@ class OneGsGlobal(GlobalPolicy):
         self.copies: dict[str, list[int]] = {}
         self.specs: dict[str, JobSpec] = {}
         self.queues: dict[str, list[JobSpec]] = {RT: [], BE: []}
+        self.mem = NodeMemory(self)  # a process holds its memory once, however many rows run it
         self.row = -1
         self.slot = -1
         self.next_at: float | None = None
@@ -193,7 +194,7 @@ class OneGsGlobal(GlobalPolicy):
     # -- events ------------------------------------------------------------------------------------------
 
     def submit(self, now: float, job: JobSpec) -> list[GlobalAction]:
-        reason = oversize_reason(job, self.nodes)
+        reason = oversize_reason(job, self.nodes) or self.mem.never_fits(job)
         if reason is None and is_rt(job) and self.admission and self.needed(job) > self.n_rt:
             reason = (
                 f"job {job.job_id} needs {self.needed(job)} RT rows of the matrix to meet its rate "
@@ -208,6 +209,7 @@ class OneGsGlobal(GlobalPolicy):
         if job_id in self.orig:
             rows, cols = self.orig.pop(job_id)
             self.specs.pop(job_id, None)
+            self.mem.release(job_id)
             for r in (*rows, *self.copies.pop(job_id, ())):
                 self._set(r, cols, None)
         else:
@@ -253,7 +255,7 @@ class OneGsGlobal(GlobalPolicy):
         """Rows and columns for a queued job's original cells (copies are gone when this runs)."""
         rows = self.rt_rows if is_rt(job) else self.be_rows
         k = self.needed(job) if is_rt(job) and self.admission else 1
-        up = [c for c in range(self.nodes) if c not in self.down]
+        up = self.mem.fitting((c for c in range(self.nodes) if c not in self.down), job)
         for combo in itertools.combinations(rows, k):
             free = [c for c in up if all(self.matrix[r][c] is None for r in combo)]
             cols = contiguous_block(free, job.size)
@@ -283,6 +285,7 @@ class OneGsGlobal(GlobalPolicy):
                     self._set(r, cols, job.job_id)
                 self.orig[job.job_id] = where
                 self.specs[job.job_id] = job
+                self.mem.take(job, cols)
                 actions.append(Start(job.job_id, cols))
         self.replicate()
         if not self.orig:
@@ -369,7 +372,9 @@ class TwoDcsGlobal(GlobalPolicy):
         self.periods: list[list[float]] = [[] for _ in range(nodes)]  # d of each RT process on node i
         self.be = [0] * nodes
         self.placed: dict[str, tuple[JobSpec, tuple[int, ...]]] = {}
-        self.queue: list[JobSpec] = []
+        self.queue: list[JobSpec] = []  # RT jobs waiting (admission, memory)
+        self.be_queue: list[JobSpec] = []  # BE jobs waiting (memory only)
+        self.mem = NodeMemory(self)
 
     def period(self, i: int) -> float:
         return min(self.periods[i], default=math.inf)
@@ -385,9 +390,17 @@ class TwoDcsGlobal(GlobalPolicy):
         phi = list(self.phi)
         periods = [list(p) for p in self.periods]
         nodes: list[int | None] = [None] * job.size
-        up = [i for i in range(self.nodes) if i not in self.down]
+        used = list(self.mem.used)
+        cap = self.mem.capacity
         order = sorted(range(job.size), key=lambda r: (-rt.work_s[r], r))
         for rank in order:
+            up = [
+                i
+                for i in range(self.nodes)
+                if i not in self.down and (cap is None or used[i] + job.memory_mb <= cap * (1 + 1e-12))
+            ]
+            if not up:
+                return None  # no node has the memory for this process now
             lax = {i: min(min(periods[i], default=math.inf), rt.period_s) * self.share - phi[i] for i in up}
             best = max(up, key=lambda i: (lax[i], -i))
             node_d = min(periods[best], default=math.inf)
@@ -396,16 +409,21 @@ class TwoDcsGlobal(GlobalPolicy):
             ):
                 return None
             nodes[rank] = best
+            used[best] += job.memory_mb
             phi[best] += rt.work_s[rank] + (self.cost if self.admission else 0.0)
             periods[best].append(rt.period_s)
         return tuple(nodes)
 
-    def allocate_be(self, job: JobSpec) -> tuple[int, ...]:
-        up = sorted((i for i in range(self.nodes) if i not in self.down), key=lambda i: (self.be[i], i))
-        return tuple(sorted(up[: job.size]))
+    def allocate_be(self, job: JobSpec) -> tuple[int, ...] | None:
+        """The ``s`` nodes (with memory for it) holding the fewest BE processes; None if too few have room."""
+        up = self.mem.fitting((i for i in range(self.nodes) if i not in self.down), job)
+        if len(up) < job.size:
+            return None
+        return tuple(sorted(sorted(up, key=lambda i: (self.be[i], i))[: job.size]))
 
     def _take(self, job: JobSpec, nodes: tuple[int, ...]) -> Start:
         self.placed[job.job_id] = (job, nodes)
+        self.mem.take(job, nodes)
         if is_rt(job):
             for rank, i in enumerate(nodes):
                 self.phi[i] += job.realtime.work_s[rank] + (self.cost if self.admission else 0.0)
@@ -416,11 +434,12 @@ class TwoDcsGlobal(GlobalPolicy):
         return Start(job.job_id, nodes)
 
     def submit(self, now: float, job: JobSpec) -> list[GlobalAction]:
-        reason = oversize_reason(job, self.nodes - len(self.down)) if not is_rt(job) else None
+        reason = (oversize_reason(job, self.nodes) if not is_rt(job) else None) or self.mem.never_fits(job)
         if reason is not None:
             return [Reject(job.job_id, reason)]
         if not is_rt(job):
-            return [self._take(job, self.allocate_be(job))]
+            self.be_queue.append(job)
+            return self._serve()
         self.queue.append(job)
         actions = self._evict(now)
         if self.admission and self._never(job):
@@ -432,12 +451,13 @@ class TwoDcsGlobal(GlobalPolicy):
 
     def _never(self, job: JobSpec) -> bool:
         """The test fails with nothing else placed: waiting cannot help."""
-        saved = self.phi, self.periods
+        saved = self.phi, self.periods, self.mem.used
         self.phi, self.periods = [0.0] * self.nodes, [[] for _ in range(self.nodes)]
+        self.mem.used = [0.0] * self.nodes
         try:
             return self.allocate_rt(job) is None
         finally:
-            self.phi, self.periods = saved
+            self.phi, self.periods, self.mem.used = saved
 
     def _serve(self) -> list[GlobalAction]:
         out: list[GlobalAction] = []
@@ -446,6 +466,11 @@ class TwoDcsGlobal(GlobalPolicy):
             if nodes is None:
                 break
             out.append(self._take(self.queue.pop(0), nodes))
+        while self.be_queue:  # BE jobs wait only for memory
+            nodes = self.allocate_be(self.be_queue[0])
+            if nodes is None:
+                break
+            out.append(self._take(self.be_queue.pop(0), nodes))
         return out
 
     def _evict(self, now: float) -> list[GlobalAction]:
@@ -464,8 +489,10 @@ class TwoDcsGlobal(GlobalPolicy):
         got = self.placed.pop(job_id, None)
         if got is None:
             self.queue = [j for j in self.queue if j.job_id != job_id]
+            self.be_queue = [j for j in self.be_queue if j.job_id != job_id]
             return []
         job, nodes = got
+        self.mem.release(job_id)
         if is_rt(job):
             for rank, i in enumerate(nodes):
                 self.phi[i] -= job.realtime.work_s[rank] + (self.cost if self.admission else 0.0)

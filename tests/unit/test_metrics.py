@@ -78,13 +78,32 @@ def test_node_families_exist_before_anything_happens():
     assert _v(m, "testbed_job_progress_total", node="1", job_class="io", unit="other") == 2
 
 
+def test_deadlines_and_frame_latencies_are_fed_where_workers_report_them():
+    m = NodeMetrics(2, "2dcs-ps", B, X, tdf=1.0, job_classes=["rt"])
+    for o in DEADLINE_OUTCOMES:  # at zero before a real-time job runs
+        assert _v(m, "testbed_deadlines_total", node="2", outcome=o, job_class="rt", scheduler="2dcs-ps") == 0
+    # The progress counters of any kind's deadlines (increments, as the agent forwards them).
+    m.add_progress("rt", "deadlines_met", 9)
+    m.add_progress("rt", "deadlines_missed", 1)
+    m.add_progress("rt", "deadlines_met", 3)
+    got = {o: _v(m, "testbed_deadlines_total", node="2", outcome=o, job_class="rt", scheduler="2dcs-ps")
+           for o in DEADLINE_OUTCOMES}  # fmt: skip
+    assert got == {"met": 12, "missed": 1}
+    # Deadlines are not progress units: nothing went to "other".
+    assert _v(m, "testbed_job_progress_total", node="2", job_class="rt", unit="other") == 0
+    for v in (0.03, 0.2, 0.04):
+        m.observe_sample("rt", "frame_latency_s", v)
+    lab = {"node": "2", "job_class": "rt", "scheduler": "2dcs-ps"}
+    assert m.registry.get_sample_value("testbed_frame_latency_seconds_count", lab) == 3
+    assert m.registry.get_sample_value("testbed_frame_latency_seconds_sum", lab) == pytest.approx(0.27)
+    assert m.registry.get_sample_value("testbed_frame_latency_seconds_bucket", {**lab, "le": "0.05"}) == 2
+
+
 def test_coordinator_families_exist_at_zero_and_jobs_reset():
     m = CoordinatorMetrics("gang", tdf=3.0, job_classes=["compute", None])
     for jc in ("compute", "none"):
         for o in ADMISSION_OUTCOMES:
             assert _v(m, "testbed_admissions_total", outcome=o, job_class=jc, scheduler="gang") == 0
-        for o in DEADLINE_OUTCOMES:
-            assert _v(m, "testbed_deadlines_total", outcome=o, job_class=jc, scheduler="gang") == 0
         for s in JOB_STATES:
             assert _v(m, "testbed_jobs", state=s, job_class=jc, scheduler="gang") == 0
     m.set_jobs({("running", "compute"): 2, ("pending", "compute"): 5})  # pending (not arrived) is no state

@@ -37,6 +37,18 @@ NEEDS = {
     "boost_ms": "a number of milliseconds > 0",
     "interval_ms": "a number of milliseconds > 0",
     "spin_time_us": "a number of microseconds >= 0",
+    # paper 000's multiclass schemes
+    "fairness_x": "a number > 0",
+    "fairness_y": "a number > 0",
+    "admission": "true or false",
+    "context_switch_us": "a number of microseconds >= 0",
+    "sync_ms": "a number of milliseconds >= 0",
+    "interrupt_us": "a number of microseconds >= 0",
+    "rows": "a whole number >= 2",
+    "gamma_ms": "a number of milliseconds > 0",
+    "rt_first_nice": "a whole nice value in -20..19",
+    "rt_nice": "a whole nice value in -20..19",
+    "borrow_nice": "a whole nice value in -20..19",
 }
 MPL_NEEDS = {
     "gang": "a whole number of matrix rows >= 1",
@@ -53,6 +65,8 @@ BAD = {
     "a percentage > 0 and <= 100": [0, 100.5],
     "'fair' or 'best-fit'": ["greedy", 1],
     "a whole nice value in -20..19": [-21, 20, 1.0, "0"],
+    "a number > 0": [0, -1.0, "2", True, float("nan")],
+    "a whole number >= 2": [1, 0, 1.5, "6", True],
 }
 
 
@@ -168,6 +182,17 @@ GOOD = {
     "boost_ms": 0.5,
     "interval_ms": 2,
     "spin_time_us": 0,
+    "fairness_x": 3,
+    "fairness_y": 1.5,
+    "admission": True,
+    "context_switch_us": 0,
+    "sync_ms": 0.5,
+    "interrupt_us": 10,
+    "rows": 4,
+    "gamma_ms": 300,
+    "rt_first_nice": -19,
+    "rt_nice": -5,
+    "borrow_nice": 15,
 }
 
 
