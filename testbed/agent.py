@@ -1,4 +1,4 @@
-"""The node agent: one emulated node (DESIGN.md, decision 2).
+"""The node agent: one emulated node (docs/architecture.md, "The emulated node").
 
 It owns the node's worker processes (spawned from its loop thread, so they die with it), applies the local
 policy through the mechanism (stop/continue, nice), samples per-process CPU time from the kernel, switches

@@ -1,4 +1,5 @@
-"""The event log: every state change, with emulated and real timestamps (DESIGN.md, decision 6).
+"""The event log: every state change, with emulated and real timestamps (docs/architecture.md, "The event log
+is the truth").
 
 Each component (coordinator, each node) appends JSON lines to its own file under ``<run>/events/`` and
 flushes as it goes, so what was written before a crash stays readable; the runner merges them into

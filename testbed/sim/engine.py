@@ -1,4 +1,4 @@
-"""Discrete-event simulator of the emulated cluster (DESIGN.md, decision 1).
+"""Discrete-event simulator of the emulated cluster (docs/architecture.md, "Policy and mechanism").
 
 It drives the very policy objects the emulator drives (one global policy, one local policy per node) and
 writes the same event log. Model:

@@ -1,6 +1,6 @@
 """Every exit path leaves no worker process (running or stopped), no cgroup and none of Ray's processes
 behind; a crashed worker fails its job with the reason; an error in a policy ends the run with one line;
-results written before a crash stay readable and can be rebuilt (DESIGN.md, Faults; issue 12).
+results written before a crash stay readable and can be rebuilt (docs/architecture.md, "Faults"; issue 12).
 
 Each test runs once by default and 5 times with ``--soak`` (tests/conftest.py). Misbehaving policies and
 workers come from tests/e2e/plugins (conftest.plugin_env): a scheduler registered through the
