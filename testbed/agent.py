@@ -407,7 +407,7 @@ class NodeAgent:
                 reason = f"killed by signal {-code}; last output: {reason}"
         if not self.closed:  # at shutdown the envelope's destroy kills everything left in it
             try:
-                self.spawner.submit(self._kill_leftovers, proc)
+                self.spawner.submit(self._kill_leftovers, proc, st.worker.pid)
             except RuntimeError:
                 pass  # the spawner is shutting down: the same
         rec = {"job": proc.job_id, "rank": proc.rank, "node": self.node, "code": code, "cpu_s": cpu,
@@ -420,16 +420,18 @@ class NodeAgent:
         if self.notify is not None:
             self.notify(ProcExit(**rec))
 
-    def _kill_leftovers(self, proc: Proc) -> None:
-        """Kills what a worker left behind on this node (children it forked, which outlive it as orphans
-        and would go on using the node's CPU for the rest of the run). Runs on the spawner thread: finding
-        them reads /proc, which the loop's timers must not wait for."""
-        from testbed.janitor import RUN_ID_ENV, processes_with
+    def _kill_leftovers(self, proc: Proc, pid: int) -> None:
+        """Kills what worker ``pid`` left behind on this node (children it forked, which outlive it as
+        orphans and would go on using the node's CPU for the rest of the run): its session's members (a
+        forked worker leads its own session) and, for a worker started by exec, the processes that carry
+        its environment. Runs on the spawner thread: finding them reads /proc, which the loop's timers must
+        not wait for."""
+        from testbed.janitor import RUN_ID_ENV, processes_with, session_members
 
         mark = {RUN_ID_ENV: self.cfg.run_id, "TB_NODE": str(self.node), "TB_JOB": proc.job_id,
                 "TB_RANK": str(proc.rank)}  # fmt: skip
         candidates = self.envelope.pids() if self.envelope.fixes_rate else None
-        left = processes_with(mark, candidates)
+        left = sorted(set(processes_with(mark, candidates)) | set(session_members(pid, candidates)))
         for pid in left:
             for sig in (signal.SIGKILL, signal.SIGCONT):
                 try:
