@@ -4,12 +4,13 @@ admission control (docs/policies.md, "Real-time and best-effort classes").
 A job is RT when its :class:`~testbed.schedulers.base.JobSpec` carries ``realtime`` (period d, buffer b,
 per-rank work phi per frame, maximum queue wait w), BE otherwise.
 
-Units (the paper's question, docs/policies.md "A question of units"): phi is the CPU work of **one frame**
-and the bound it is held against is the **frame period d**, everywhere. 1GS's rule charges phi_max per frame
-against d already; the 2DCS laxity and admission test read ``Phi_i + phi <= min(d_i, d_A) * x/(x+y)``, a
-sufficient form of the EDF utilisation test ``sum phi/d <= x/(x+y)``. The literal reading (a sum of per-frame
-work against a whole period b*d) would let a node take b times more work than it can do, so it is not taken.
-The buffer b then only absorbs jitter: the vision kind makes frame k due b*d after its release.
+Units (the paper's question of units, docs/policies.md "Admission control for 2DCS"): phi is the CPU work of
+**one frame** and the bound it is held against is the **frame period d**, everywhere. 1GS's rule charges
+phi_max per frame against d already; the 2DCS laxity and admission test read ``Phi_i + phi <= min(d_i, d_A)
+* x/(x+y)``, a sufficient form of the EDF utilisation test ``sum phi/d <= x/(x+y)``. The literal reading (a
+sum of per-frame work against a whole period b*d) would let a node take b times more work than it can do, so
+it is not taken. The buffer b then only absorbs jitter: the vision kind makes frame k due b*d after its
+release.
 
 Costs (the paper's δ, ω, interrupt): 1GS's admission counts ω per row switch (``r = ceil(M (Q+ω) phi_max /
 (Q d))``); 2DCS's counts, per frame and process, two context switches and one interrupt (every receive taken
@@ -525,8 +526,8 @@ class VirtualTimes:
     """2DCS-PS's class choice on one node (§4.3). At each scheduling event the class that ran since the
     last one advances by the time it ran over its share; the class behind runs (a tie goes to RT); a class
     with nothing ready yields to the other. A class that had nothing ready and has something again starts
-    no earlier than the other's virtual time (the reset rule, applied: docs/policies.md, "A conflict in the
-    paper"; ``max`` so a class that ran ahead keeps its debt)."""
+    no earlier than the other's virtual time (the reset rule, applied: docs/policies.md, "2DCS-PS"; ``max``
+    so a class that ran ahead keeps its debt)."""
 
     def __init__(self, rt_share: float) -> None:
         self.share = {RT: rt_share, BE: 1.0 - rt_share}
