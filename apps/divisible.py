@@ -42,7 +42,7 @@ from testbed.apps.base import (
     SimContext,
     Sleep,
 )
-from testbed.apps.reports import DEADLINES_MET, DEADLINES_MISSED
+from testbed.apps.reports import DEADLINES_MET, DEADLINES_MISSED, FINISH_UNIT
 
 #: Tags: the data chunks, and the workers' finish notices to the head.
 TAG_CHUNK, TAG_DONE = 0, 1
@@ -124,7 +124,7 @@ class Divisible(ProgramKind):
     name = "divisible"
     summary = "paper 001: a head sends a divisible load's chunks one after another; workers compute them"
     Config = DivisibleConfig
-    reports = Reports(units=("bytes", "finish_s", DEADLINES_MET, DEADLINES_MISSED))
+    reports = Reports(units=("bytes", FINISH_UNIT, DEADLINES_MET, DEADLINES_MISSED))
     head = True
 
     @classmethod
@@ -190,7 +190,7 @@ class Divisible(ProgramKind):
             digest(data, _cpu_s(cfg, alphas[ctx.rank]))
             done = clock.now()
             ctx.progress("bytes", len(data))
-            ctx.progress("finish_s", done)
+            ctx.progress(FINISH_UNIT, done)
             comm.send(workers, _F64.pack(done), TAG_DONE)
 
     # -- simulator ---------------------------------------------------------------------------------------
@@ -214,7 +214,7 @@ class Divisible(ProgramKind):
             yield Recv(1, TAG_CHUNK)
             yield Compute(_cpu_s(cfg, alphas[ctx.rank]))
             yield Progress("bytes", nbytes[ctx.rank])
-            yield Progress("finish_s", ctx.now())
+            yield Progress(FINISH_UNIT, ctx.now())
             yield Send((workers,), 8, TAG_DONE)
 
 

@@ -7,3 +7,6 @@ A worker reports running totals by unit (``progress(unit, value)``): barriers, i
 DEADLINES_MET = "deadlines_met"
 DEADLINES_MISSED = "deadlines_missed"
 DEADLINE_UNITS = (DEADLINES_MET, DEADLINES_MISSED)
+#: A worker's finish time (emulated s), reported once: results take each job's spread of them
+#: (``finish_spread_s``, a divisible load's workers should finish together).
+FINISH_UNIT = "finish_s"

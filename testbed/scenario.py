@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from testbed.apps import registry as kinds
+from testbed.divisible_tasks import DivisibleTasks
 from testbed.schedulers import registry
 from testbed.schedulers.base import PolicyConfigError
 
@@ -269,11 +270,17 @@ class WorkloadConfig(_Model):
     jobs: list[JobEntry] = Field(default_factory=list)
     generator: PoissonGenerator | None = None
     trace: TraceReplay | None = None
+    divisible: DivisibleTasks | None = Field(
+        None, description="paper 001's divisible-load tasks (testbed/divisible_tasks.py)"
+    )
 
     @model_validator(mode="after")
     def _not_empty(self):
-        if not self.jobs and self.generator is None and self.trace is None:
-            raise ValueError("no jobs: give workload.jobs (a list), workload.generator or workload.trace")
+        if not self.jobs and self.generator is None and self.trace is None and self.divisible is None:
+            raise ValueError(
+                "no jobs: give workload.jobs (a list), workload.generator, workload.trace or "
+                "workload.divisible"
+            )
         ids = [j.id for j in self.jobs if j.id is not None]
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:
@@ -363,6 +370,12 @@ class Scenario(_Model):
         if g is not None and g.size.max > self.cluster.nodes:
             raise ValueError(
                 f"workload.generator.size.max ({g.size.max}) is above cluster.nodes ({self.cluster.nodes}); "
+                "lower it or add nodes"
+            )
+        d = self.workload.divisible
+        if d is not None and d.nodes is not None and d.nodes > self.cluster.nodes:
+            raise ValueError(
+                f"workload.divisible.nodes ({d.nodes}) is above cluster.nodes ({self.cluster.nodes}); "
                 "lower it or add nodes"
             )
         state: dict[int, str] = {}

@@ -45,7 +45,7 @@ METRICS = (
 #: Compared when some variant's summary has them: the share of paired quanta (paired gang), the share of
 #: jobs rejected and of deadlines missed (admission control, real-time classes), and the per-class
 #: progress rates (``barriers_per_s.<class>``, paper 002).
-OPTIONAL_METRICS = ("quanta_paired_fraction", "reject_ratio", "deadline_miss_ratio")
+OPTIONAL_METRICS = ("quanta_paired_fraction", "reject_ratio", "deadline_miss_ratio", "finish_spread_s")
 
 
 def is_metric(name: str) -> bool:

@@ -107,6 +107,11 @@ def build(scn: Scenario) -> list[Job]:
             )
     if scn.workload.trace is not None:
         jobs.extend(_replay(scn.workload.trace, scn.cluster.nodes, scn))
+    if scn.workload.divisible is not None:
+        from testbed.divisible_tasks import draw
+
+        drawn = draw(scn.workload.divisible, scn.cluster.nodes, scn.workload.seed)
+        jobs.extend(Job(j.spec, j.app, _wait(j.app, scn)) for j in drawn)
     jobs = [_bind(j, rate) for j in jobs]
     jobs.sort(key=lambda j: (j.spec.submit_time, j.job_id))
     return jobs
