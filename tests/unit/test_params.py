@@ -300,8 +300,8 @@ def test_validate_exits_2_naming_the_bad_parameter(tmp_path: Path):
     named = [line for line in p.stderr.splitlines() if "scheduler.params" in line]
     # One problem: one line (the issue-12 format: "error: invalid scenario: <the problem>").
     assert named == [
-        "error: invalid scenario: scheduler.params.mpl: local needs a whole number of processes per node >= 1, "
-        "got 0 (default 3)"
+        "error: invalid scenario: scheduler.params.mpl: "
+        "local needs a whole number of processes per node >= 1, got 0 (default 3)"
     ]
     good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump({**MINI, "scheduler": {"name": "local", "params": {"mpl": 1}}}))
