@@ -153,9 +153,20 @@ def run_ray(
             ).__dict__
             for n in range(c.nodes)
         ]
+        # The head node (node N = cluster.nodes), when some job's kind has a head process: a machine of
+        # its own beside the cluster (paper 001's head sends the data), so an agent with its own NIC in a
+        # process of its own, outside every policy's view. No envelope: the paper's head is not one of
+        # the N processing nodes, its CPU is not rationed like theirs (it mostly sleeps out each chunk's
+        # link time and sends); and plain local scheduling (batch's RunAll), whatever the cluster's policy.
+        if any(j.kind.head for j in jobs):
+            head = {**cfgs[0], "node": c.nodes, "envelope": "none", "scheduler": "batch", "params": {}}
+            cfgs.append(head)
+            groups.append([c.nodes])
         for g in groups:
             name = f"node{g[0]}" if len(g) == 1 else f"nodes{g[0]}-{g[-1]}"
             hosts.append(Host.options(name=name).remote([cfgs[n] for n in g]))
+        # The cluster's own agents: the probe and the node metrics are theirs (the head's host is last).
+        cluster_hosts = hosts[: -1 if len(cfgs) > c.nodes else None]
         try:
             infos = [i for batch in ray.get([h.info.remote() for h in hosts]) for i in batch]
         except Exception as exc:  # noqa: BLE001 - Ray buries the agent's own reason in its error text
@@ -166,14 +177,14 @@ def run_ray(
         if facts["envelope_note"]:
             log.warning(facts["envelope_note"])
         if mon:
-            nodes_sd = [(i["node"], i["metrics"]) for i in infos]
+            nodes_sd = [(i["node"], i["metrics"]) for i in infos if i["node"] < c.nodes]
             _write_targets(run_dir, run_id, nodes_sd, None, mon)
 
         if scn.clock.rate_probe_s > 0:
             phase(f"probing CPU rate ({scn.clock.rate_probe_s:g} s at full load)")
             start_at = time.monotonic() + PROBE_START_DELAY_S
-            batches = ray.get([h.probe.remote(scn.clock.rate_probe_s, start_at) for h in hosts])
-            ray.get([h.record_probe.remote(b) for h, b in zip(hosts, batches, strict=True)])
+            batches = ray.get([h.probe.remote(scn.clock.rate_probe_s, start_at) for h in cluster_hosts])
+            ray.get([h.record_probe.remote(b) for h, b in zip(cluster_hosts, batches, strict=True)])
             facts["cpu_rate_error_max"] = max(abs(p["error"]) for b in batches for p in b)
 
         phase("running")
