@@ -231,9 +231,9 @@ class CoordinatorMetrics:
         assert outcome in ADMISSION_OUTCOMES, outcome
         self._admissions.labels(outcome, _job_class(job_class), self.scheduler).inc()
 
-    def deadline(self, outcome: str, job_class: str | None) -> None:
+    def deadline(self, outcome: str, job_class: str | None, count: float = 1.0) -> None:
         assert outcome in DEADLINE_OUTCOMES, outcome
-        self._deadlines.labels(outcome, _job_class(job_class), self.scheduler).inc()
+        self._deadlines.labels(outcome, _job_class(job_class), self.scheduler).inc(count)
 
     def observe_decisions(self, seconds: Iterable[float]) -> None:
         for s in seconds:

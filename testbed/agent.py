@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from testbed import events as ev
+from testbed.apps.reports import DEADLINES_MET, DEADLINES_MISSED
 from testbed.clock import Clock
 from testbed.loop import LoopThread
 from testbed.mechanism.envelope import make_envelope
 from testbed.mechanism.forkserver import ForkServer
 from testbed.mechanism.priority import raise_process_nice, raise_thread_priority
 from testbed.mechanism.process import BaseWorker
-from testbed.messages import NodeError, ProcExit, QuantumUsage, SlotSwitches
+from testbed.messages import DeadlineReport, NodeError, ProcExit, QuantumUsage, SlotSwitches
 from testbed.nic import Nic
 from testbed.schedulers import registry
 from testbed.schedulers.base import (
@@ -51,6 +52,10 @@ GIL_SWITCH_INTERVAL_S = 0.0005
 
 class NodeDownError(RuntimeError):
     """The node is down (a scripted fault): it starts no process until it is up again."""
+
+
+#: A worker's deadline counters, as the live metrics' outcomes.
+DEADLINE_OUTCOME = {DEADLINES_MET: "met", DEADLINES_MISSED: "missed"}
 
 
 @dataclass
@@ -117,6 +122,7 @@ class NodeAgent:
         self.report_quanta = getattr(self.sched.global_policy, "wants_utilization", False)
         self.procs: dict[Proc, _ProcState] = {}
         self.exits: list[dict] = []
+        self._deadlines_seen: dict[tuple[Proc, str], float] = {}  # (process, deadline unit) -> reported
         self.notify: Callable[[Any], Any] | None = None  # reports to the coordinator (testbed/messages.py)
         self.down: str | None = None  # why the node is down (a scripted fault), or None
         self.switches = 0
@@ -344,6 +350,11 @@ class NodeAgent:
 
     def on_progress(self, proc: Proc, unit: str, value: float) -> None:
         self.events.emit(ev.PROGRESS, node=self.node, job=proc.job_id, rank=proc.rank, unit=unit, value=value)
+        if unit in DEADLINE_OUTCOME and self.notify is not None:  # counted live by the coordinator
+            seen = self._deadlines_seen.get((proc, unit), 0.0)
+            if value > seen:
+                self._deadlines_seen[(proc, unit)] = value
+                self.notify(DeadlineReport(self.node, proc.job_id, DEADLINE_OUTCOME[unit], value - seen))
         if self.metrics is not None:  # value is cumulative per process; the counter takes increments
             key = (self._job_class.get(proc.job_id), unit)
             last = self._progress_last.get((proc, unit), 0.0)

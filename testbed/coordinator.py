@@ -23,7 +23,7 @@ from testbed.core import FINAL, DecisionCore
 from testbed.jobs import Job
 from testbed.loop import LoopThread
 from testbed.mechanism.priority import raise_process_nice, raise_thread_priority
-from testbed.messages import NodeError, ProcExit, QuantumUsage, SlotSwitches
+from testbed.messages import DeadlineReport, NodeError, ProcExit, QuantumUsage, SlotSwitches
 from testbed.schedulers import registry
 from testbed.schedulers.base import Dispatch
 
@@ -108,6 +108,10 @@ class Coordinator:
             self.lt.loop.call_soon_threadsafe(self._switches, msg)
         elif isinstance(msg, QuantumUsage):
             self.lt.loop.call_soon_threadsafe(self._utilization, msg)
+        elif isinstance(msg, DeadlineReport) and self.metrics is not None:
+            self.lt.loop.call_soon_threadsafe(
+                self.metrics.deadline, msg.outcome, self._classes.get(msg.job), msg.count
+            )
         elif isinstance(msg, NodeError):  # a node's policy or agent raised: the run cannot go on as planned
             self.lt.loop.call_soon_threadsafe(self._abort, msg.error, msg.traceback)
 
