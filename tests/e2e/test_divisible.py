@@ -4,8 +4,12 @@ paper's scenario in the simulator."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -89,3 +93,56 @@ def test_tasks_on_four_real_nodes_finish_together_with_their_shares_bytes(tmp_pa
 def test_the_papers_scenario_validates_and_its_sweeps_name_the_seven(tmp_path):
     p = _cli(["validate", str(ROOT / "scenarios" / "paper001-reject.yaml")])
     assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.slow
+def test_admissions_and_deadlines_reach_a_real_prometheus_live(tmp_path):
+    from ..conftest import require
+    from .conftest import kill_tree, start_cli
+    from .test_monitoring import _Output, _prometheus_pids, _query
+
+    require(
+        shutil.which("prometheus") is not None,
+        "needs the prometheus binary (Debian: apt-get install prometheus)",
+    )
+    # A task that can never meet its deadline (rejected at arrival), then one every 2 emulated s that
+    # MCDF admits and that meets its deadline on an idle cluster.
+    never = {"id": "never", "size": 4, "app": {**APP, "deadline_s": 0.1}}
+    ok = [
+        {"id": f"t{i}", "submit_s": 2.0 * i, "size": 4, "app": {**APP, "deadline_s": 3.0}} for i in range(30)
+    ]
+    doc = {
+        "name": "dlt-live",
+        "cluster": {"nodes": 4},
+        "clock": {"rate_probe_s": 0.3},
+        "monitoring": {"scrape_interval_s": 1.0},
+        "scheduler": {"name": "mcdf"},
+        "workload": {"jobs": [never, *ok]},
+    }
+    path = tmp_path / "live.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "run"
+    proc = start_cli(["run", str(path), "--out", str(out), "--prometheus", "-q"])
+    output = _Output(proc)
+    try:
+        prom = output.wait_for("Prometheus: http://", proc, timeout=90).split()[1]
+        want = {
+            'sum(testbed_admissions_total{outcome="rejected"})': lambda v: v == 1.0,
+            'sum(testbed_admissions_total{outcome="admitted"})': lambda v: v >= 2.0,
+            'sum(testbed_deadlines_total{outcome="met"})': lambda v: v >= 2.0,
+        }
+        deadline = time.monotonic() + 240
+        while True:
+            assert proc.poll() is None, output.text()
+            assert time.monotonic() < deadline, {q: _query(prom, q) for q in want}
+            got = {q: _query(prom, q) for q in want}
+            if all(got[q] and check(float(got[q][0]["value"][1])) for q, check in want.items()):
+                break
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130, output.text()
+        assert wait_clean(out) == ([], [])
+    finally:
+        kill_tree(proc)
+        for pid in _prometheus_pids(out):
+            os.kill(pid, 9)
