@@ -79,16 +79,13 @@ def load(cfg: DivisibleConfig):
 
 
 def plan(cfg: DivisibleConfig, n: int) -> tuple[list[float], list[int]]:
-    """The shares alpha_1..alpha_n on ``n`` workers and each one's chunk in bytes. Refuses a partition with
-    a share <= 0 (more nodes than the fastest number: no policy gives that many)."""
-    from testbed.schedulers.divisible import shares
+    """The shares alpha_1..alpha_n on ``n`` workers and each one's chunk in bytes. Beyond the fastest
+    number of nodes (with setup costs, where the next share would not be positive) the extra workers get
+    a share of 0: a policy of this family never gives that many, another (batch, gang) may."""
+    from testbed.schedulers.divisible import fastest, shares
 
-    alphas = shares(load(cfg), n)
-    if alphas[-1] <= 0:
-        raise ValueError(
-            f"{n} nodes are more than this task can use: the last share is {alphas[-1]:.3g} <= 0 "
-            "(the setup costs outweigh another node)"
-        )
+    used = fastest(load(cfg), n)
+    alphas = shares(load(cfg), used) + [0.0] * (n - used)
     return alphas, [round(a * cfg.sigma * cfg.unit_bytes) for a in alphas]
 
 
@@ -165,19 +162,17 @@ class Divisible(ProgramKind):
             raise WorkerError(
                 f"a divisible task needs a head and at least one worker; got {ctx.size} rank(s)"
             )
-        try:
-            alphas, nbytes = plan(cfg, workers)
-        except ValueError as exc:
-            raise WorkerError(str(exc)) from None
+        alphas, nbytes = plan(cfg, workers)
         if ctx.rank == workers:  # the head
             chunks = [_payload(nbytes[j], j) for j in range(workers)]
             comm = ctx.connect()
             t = clock.now()
             for j in range(workers):
-                t += _link_s(cfg, alphas[j])
-                left = clock.real_at(t) - time.monotonic()
-                if left > 0:
-                    time.sleep(left)
+                if alphas[j] > 0:  # an idle worker's empty chunk takes no link time
+                    t += _link_s(cfg, alphas[j])
+                    left = clock.real_at(t) - time.monotonic()
+                    if left > 0:
+                        time.sleep(left)
                 comm.send(j, chunks[j], TAG_CHUNK)
             ctx.progress("bytes", sum(nbytes))
             last = max(_F64.unpack(comm.recv(tag=TAG_DONE))[0] for _ in range(workers))
@@ -187,10 +182,12 @@ class Divisible(ProgramKind):
             data = comm.recv(workers, TAG_CHUNK)
             if len(data) != nbytes[ctx.rank]:
                 raise WorkerError(f"chunk of {len(data)} bytes, expected {nbytes[ctx.rank]}")
-            digest(data, _cpu_s(cfg, alphas[ctx.rank]))
-            done = clock.now()
             ctx.progress("bytes", len(data))
-            ctx.progress(FINISH_UNIT, done)
+            done = clock.now()
+            if alphas[ctx.rank] > 0:
+                digest(data, _cpu_s(cfg, alphas[ctx.rank]))
+                done = clock.now()
+                ctx.progress(FINISH_UNIT, done)
             comm.send(workers, _F64.pack(done), TAG_DONE)
 
     # -- simulator ---------------------------------------------------------------------------------------
@@ -201,7 +198,8 @@ class Divisible(ProgramKind):
         alphas, nbytes = plan(cfg, workers)
         if ctx.rank == workers:
             for j in range(workers):
-                yield Sleep(_link_s(cfg, alphas[j]))
+                if alphas[j] > 0:
+                    yield Sleep(_link_s(cfg, alphas[j]))
                 yield Send((j,), nbytes[j], TAG_CHUNK)
             yield Progress("bytes", sum(nbytes))
             yield Recv(workers, TAG_DONE)
@@ -212,9 +210,10 @@ class Divisible(ProgramKind):
             yield Progress(DEADLINES_MISSED, 0.0 if ok else 1.0)
         else:
             yield Recv(1, TAG_CHUNK)
-            yield Compute(_cpu_s(cfg, alphas[ctx.rank]))
             yield Progress("bytes", nbytes[ctx.rank])
-            yield Progress(FINISH_UNIT, ctx.now())
+            if alphas[ctx.rank] > 0:
+                yield Compute(_cpu_s(cfg, alphas[ctx.rank]))
+                yield Progress(FINISH_UNIT, ctx.now())
             yield Send((workers,), 8, TAG_DONE)
 
 

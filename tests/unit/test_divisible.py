@@ -265,3 +265,15 @@ def test_a_jobs_size_caps_its_nodes():
     q = registry.get("mcdf").make_global(4, {}, 0)
     [r] = q.submit(0.0, spec("B", 0.0, 100, 110, nodes=3))  # needs 4 nodes (E(3) = 114.3 > 110)
     assert isinstance(r, Reject) and "never" in r.reason
+
+
+def test_workers_beyond_the_fastest_number_get_nothing_under_another_policy():
+    # batch gives the job its 4 nodes; with ST = SC = 20 the fastest number is 3: the 4th worker gets an
+    # empty chunk, the other three finish together at E(3) = 182.9.
+    job = djob(0, 0.0, 100, 500, nodes=4, setup_link=20, setup_compute=20, unit_bytes=10)
+    events = simulate([job], registry.get("batch"), {}, nodes=4, latency_s=0.0)
+    got = {(e["rank"], e["unit"]): e["value"] for e in events if e["kind"] == ev.PROGRESS}
+    assert got[(3, "bytes")] == 0 and (3, "finish_s") not in got
+    assert sum(got[(r, "bytes")] for r in range(4)) == 1000
+    assert [got[(r, "finish_s")] for r in range(3)] == pytest.approx([182.857] * 3, abs=1e-3)
+    assert got[(4, "deadlines_met")] == 1.0
