@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .base import GlobalAction, GlobalPolicy, JobSpec, Reject, RunAll, Scheduler, Start
-from .placement import pack
+from .placement import MemoryAwareParams, NodeMemory, pack
 
 #: Relative tolerance of a deadline comparison (floating-point rounding of E(n) and of the start time).
 TOL = 1e-9
@@ -347,6 +347,9 @@ class DivisibleGlobal(GlobalPolicy):
         self.running: dict[str, tuple[int, ...]] = {}
         self.last_now = -math.inf
         self._seq = 0
+        # Space sharing: a free node holds no other task, so memory refuses only a process bigger than a
+        # whole node (as under batch).
+        self.mem = NodeMemory(self)
 
     def max_jobs_per_node(self) -> int:
         return 1
@@ -360,6 +363,9 @@ class DivisibleGlobal(GlobalPolicy):
             return [Reject(job.job_id, f"job {job.job_id} is not a divisible-load task (no data size)")]
         if job.deadline is None:
             return [Reject(job.job_id, f"job {job.job_id} has no deadline; divisible-load tasks need one")]
+        too_big = self.mem.never_fits(job)
+        if too_big:
+            return [Reject(job.job_id, too_big)]
         up = self.nodes - len(self.down)
         self._seq += 1
         cap = max(1, min(self.nodes, job.size))
@@ -497,6 +503,7 @@ class Mcdf(Scheduler):
     summary = "divisible loads: maximum cost derivative first, n_min nodes, admission test (paper 001)"
     global_policy = _Mcdf
     local_policy = RunAll
+    Params = MemoryAwareParams
 
 
 class FifoAnna(Scheduler):
@@ -504,6 +511,7 @@ class FifoAnna(Scheduler):
     summary = "divisible loads: FIFO on all (fastest) nodes, no admission control: tasks may miss"
     global_policy = _FifoAnna
     local_policy = RunAll
+    Params = MemoryAwareParams
 
 
 class FifoAn(Scheduler):
@@ -511,6 +519,7 @@ class FifoAn(Scheduler):
     summary = "divisible loads: FIFO on all (fastest) nodes, admission test"
     global_policy = _FifoAn
     local_policy = RunAll
+    Params = MemoryAwareParams
 
 
 class FifoMn(Scheduler):
@@ -518,6 +527,7 @@ class FifoMn(Scheduler):
     summary = "divisible loads: FIFO on n_min nodes, admission test"
     global_policy = _FifoMn
     local_policy = RunAll
+    Params = MemoryAwareParams
 
 
 class EdfAnna(Scheduler):
@@ -525,6 +535,7 @@ class EdfAnna(Scheduler):
     summary = "divisible loads: earliest deadline first on all (fastest) nodes, no admission control"
     global_policy = _EdfAnna
     local_policy = RunAll
+    Params = MemoryAwareParams
 
 
 class EdfAn(Scheduler):
@@ -532,6 +543,7 @@ class EdfAn(Scheduler):
     summary = "divisible loads: earliest deadline first on all (fastest) nodes, admission test"
     global_policy = _EdfAn
     local_policy = RunAll
+    Params = MemoryAwareParams
 
 
 class EdfMn(Scheduler):
@@ -539,3 +551,4 @@ class EdfMn(Scheduler):
     summary = "divisible loads: earliest deadline first on n_min nodes, admission test"
     global_policy = _EdfMn
     local_policy = RunAll
+    Params = MemoryAwareParams

@@ -4,6 +4,7 @@ then the seven schedulers in the simulator with the `divisible` kind."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -277,3 +278,14 @@ def test_workers_beyond_the_fastest_number_get_nothing_under_another_policy():
     assert sum(got[(r, "bytes")] for r in range(4)) == 1000
     assert [got[(r, "finish_s")] for r in range(3)] == pytest.approx([182.857] * 3, abs=1e-3)
     assert got[(4, "deadlines_met")] == 1.0
+
+
+def test_a_task_bigger_than_a_nodes_memory_is_rejected():
+    p = registry.get("mcdf").make_global(3, {}, 0)
+    p.set_node_memory(100.0)
+    big = dataclasses.replace(spec("M", 0.0, 100, 500), memory_mb=150.0)
+    [r] = p.submit(0.0, big)
+    assert isinstance(r, Reject) and "150 MB" in r.reason
+    q = registry.get("mcdf").make_global(3, {"memory_aware": False}, 0)
+    q.set_node_memory(100.0)
+    assert q.submit(0.0, big) == [Start("M", (0,))]
