@@ -1,5 +1,5 @@
-"""The testbed's Prometheus metrics (DESIGN.md, decisions 6 and 8): for watching a run live, not for results
-(results come from the event log).
+"""The testbed's Prometheus metrics (docs/architecture.md, "The event log is the truth", "Real parts"): for
+watching a run live, not for results (results come from the event log).
 
 Two small classes, each owning a ``CollectorRegistry``: :class:`NodeMetrics` (one per node agent
 process) and :class:`CoordinatorMetrics` (the coordinator). Both are updated by their owner's loop thread
@@ -73,31 +73,37 @@ class NodeMetrics:
         busy_watts: float,
         tdf: float,
         job_classes: Iterable[str] = (),
+        head: bool = False,
     ) -> None:
         self.node = str(node)
+        #: The head node (paper 001's, outside the cluster): its progress and deadlines count, its CPU,
+        #: power and energy are not the cluster's, so it has none of those gauges.
+        self.head = head
         self.scheduler = scheduler
         self.idle_watts = idle_watts
         self.busy_watts = busy_watts
         self.registry = r = CollectorRegistry()
         n = self.node
-        self.util = Gauge(
-            "testbed_node_cpu_utilization_ratio",
-            "CPU used by the node's processes over what its envelope delivers, last interval (0-1)",
-            ["node", "scheduler"],
-            registry=r,
-        ).labels(n, scheduler)
-        self.power = Gauge(
-            "testbed_node_power_watts",
-            "Node power from the scenario's model P = B + X*u, last interval",
-            ["node"],
-            registry=r,
-        ).labels(n)
-        self.energy = Counter(
-            "testbed_node_energy_joules",
-            "Node energy: power integrated over emulated time since the run began",
-            ["node"],
-            registry=r,
-        ).labels(n)
+        self.util = self.power = self.energy = None
+        if not head:
+            self.util = Gauge(
+                "testbed_node_cpu_utilization_ratio",
+                "CPU used by the node's processes over what its envelope delivers, last interval (0-1)",
+                ["node", "scheduler"],
+                registry=r,
+            ).labels(n, scheduler)
+            self.power = Gauge(
+                "testbed_node_power_watts",
+                "Node power from the scenario's model P = B + X*u, last interval",
+                ["node"],
+                registry=r,
+            ).labels(n)
+            self.energy = Counter(
+                "testbed_node_energy_joules",
+                "Node energy: power integrated over emulated time since the run began",
+                ["node"],
+                registry=r,
+            ).labels(n)
         procs = Gauge(
             "testbed_node_processes",
             "Worker processes on the node by state (blocked = continued but waiting for a message)",
@@ -120,6 +126,17 @@ class NodeMetrics:
         for jc in job_classes:
             for u in PROGRESS_UNITS:
                 self._progress.labels(n, _job_class(jc), u)
+        # The deadlines the node's workers report (a divisible load's head, a real-time class's frames):
+        # the coordinator's family, with the node added; dashboards sum over both.
+        self._deadlines = Counter(
+            "testbed_deadlines",
+            "Deadlines by outcome, as the node's workers report them",
+            ["outcome", "job_class", "scheduler", "node"],
+            registry=r,
+        )
+        for jc in job_classes:
+            for o in DEADLINE_OUTCOMES:
+                self._deadlines.labels(o, _job_class(jc), scheduler, n)
         self.decision = Histogram(
             "testbed_policy_decision_seconds",
             "Real time the policy took per decision (local: per node event; global: per coordinator call)",
@@ -149,6 +166,8 @@ class NodeMetrics:
         """Records an interval of ``dt_emu_s`` emulated seconds at mean utilisation ``u``. The power model
         is linear in u, so mean power times the interval is the interval's energy exactly. Returns P."""
         p = power_watts(self.idle_watts, self.busy_watts, u)
+        if self.head:
+            return p
         self.util.set(u)
         self.power.set(p)
         if dt_emu_s > 0:
@@ -159,6 +178,11 @@ class NodeMetrics:
         self.procs["running"].set(running)
         self.procs["stopped"].set(stopped)
         self.procs["blocked"].set(blocked)
+
+    def add_deadlines(self, job_class: str | None, outcome: str, amount: float) -> None:
+        assert outcome in DEADLINE_OUTCOMES, outcome
+        if amount > 0:
+            self._deadlines.labels(outcome, _job_class(job_class), self.scheduler, self.node).inc(amount)
 
     def add_progress(self, job_class: str | None, unit: str, amount: float) -> None:
         if amount > 0:
@@ -231,9 +255,9 @@ class CoordinatorMetrics:
         assert outcome in ADMISSION_OUTCOMES, outcome
         self._admissions.labels(outcome, _job_class(job_class), self.scheduler).inc()
 
-    def deadline(self, outcome: str, job_class: str | None, count: float = 1.0) -> None:
+    def deadline(self, outcome: str, job_class: str | None) -> None:
         assert outcome in DEADLINE_OUTCOMES, outcome
-        self._deadlines.labels(outcome, _job_class(job_class), self.scheduler).inc(count)
+        self._deadlines.labels(outcome, _job_class(job_class), self.scheduler).inc()
 
     def observe_decisions(self, seconds: Iterable[float]) -> None:
         for s in seconds:

@@ -3,7 +3,7 @@
 
 Bring-up, the CPU-rate probe, the run, and a teardown that every
 exit path goes through. A detached janitor process watches this driver: if the driver is killed
-outright, the janitor removes every worker and cgroup of the run (DESIGN.md, Faults).
+outright, the janitor removes every worker and cgroup of the run (docs/architecture.md, "Faults").
 """
 
 from __future__ import annotations
@@ -160,6 +160,8 @@ def run_ray(
         # link time and sends); and plain local scheduling (batch's RunAll), whatever the cluster's policy.
         if any(j.kind.head for j in jobs):
             head = {**cfgs[0], "node": c.nodes, "envelope": "none", "scheduler": "batch", "params": {}}
+            if mon:
+                head["monitoring"] = {**mon, "head": True}
             cfgs.append(head)
             groups.append([c.nodes])
         for g in groups:
@@ -178,7 +180,8 @@ def run_ray(
             log.warning(facts["envelope_note"])
         if mon:
             nodes_sd = [(i["node"], i["metrics"]) for i in infos if i["node"] < c.nodes]
-            _write_targets(run_dir, run_id, nodes_sd, None, mon)
+            head_sd = next(((i["node"], i["metrics"]) for i in infos if i["node"] >= c.nodes), None)
+            _write_targets(run_dir, run_id, nodes_sd, None, mon, head_sd)
 
         if scn.clock.rate_probe_s > 0:
             phase(f"probing CPU rate ({scn.clock.rate_probe_s:g} s at full load)")
@@ -208,7 +211,8 @@ def run_ray(
             on_node_down=scn.faults.on_node_down,
         )
         if mon:
-            _write_targets(run_dir, run_id, nodes_sd, ray.get(coordinator.metrics_address.remote()), mon)
+            coord_sd = ray.get(coordinator.metrics_address.remote())
+            _write_targets(run_dir, run_id, nodes_sd, coord_sd, mon, head_sd)
         t0 = time.monotonic() + CLOCK_START_DELAY_S
         ray.get([h.set_run.remote(t0, coordinator) for h in hosts])
         ray.get(coordinator.start.remote(t0))
@@ -282,11 +286,13 @@ def _monitoring(scn: Scenario, jobs: Sequence[Job]) -> dict | None:
     }
 
 
-def _write_targets(run_dir: Path, run_id: str, nodes: list, coordinator: str | None, mon: dict) -> None:
+def _write_targets(
+    run_dir: Path, run_id: str, nodes: list, coordinator: str | None, mon: dict, head: tuple | None = None
+) -> None:
     # Prometheus file_sd, rewritten as exporters come up (monitoring/prometheus.py).
     from testbed.monitoring.prometheus import write_targets
 
-    write_targets(run_dir, run_id, nodes, coordinator, mon["scrape_interval_s"])
+    write_targets(run_dir, run_id, nodes, coordinator, mon["scrape_interval_s"], head=head)
 
 
 def _teardown(hosts: list, coordinator, reason: str) -> None:

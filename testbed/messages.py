@@ -44,14 +44,3 @@ class NodeError:
     node: int
     error: str
     traceback: str | None = None
-
-
-@dataclass(frozen=True)
-class DeadlineReport:
-    """A worker on ``node`` reported ``count`` more deadlines of job ``job`` met or missed (``outcome``,
-    from the progress units ``deadlines_met`` / ``deadlines_missed``): the live deadline metrics."""
-
-    node: int
-    job: str
-    outcome: str
-    count: float
