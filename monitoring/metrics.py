@@ -160,7 +160,8 @@ class NodeMetrics:
         self.rate_error.set(math.nan)
         for g in self.procs.values():
             g.set(0)
-        self.power.set(idle_watts)
+        if self.power is not None:
+            self.power.set(idle_watts)
 
     def sample(self, u: float, dt_emu_s: float) -> float:
         """Records an interval of ``dt_emu_s`` emulated seconds at mean utilisation ``u``. The power model
