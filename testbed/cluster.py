@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from testbed import events as ev
 from testbed.actors import AgentHost, CoordinatorActor
-from testbed.agent import NodeConfig
+from testbed.agent import WORKER_MODULES, NodeConfig
 from testbed.mechanism.priority import raise_session_group, restore_session_group
 
 if TYPE_CHECKING:  # the actor processes import this module's actors only: keep pydantic out of them
@@ -150,6 +150,7 @@ def run_ray(
                 latency_s=c.network.latency_us * 1e-6,
                 bandwidth_Bps=c.network.bandwidth_mbps * 1e6 / 8 if c.network.bandwidth_mbps else None,
                 monitoring=mon,
+                preload=tuple(sorted({j.kind.__module__ for j in jobs} - set(WORKER_MODULES))),
             ).__dict__
             for n in range(c.nodes)
         ]
