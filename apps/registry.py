@@ -12,6 +12,7 @@ from .base import ProgramKind
 
 _BUILTIN = {
     "synthetic": "testbed.apps.synthetic:Synthetic",
+    "divisible": "testbed.apps.divisible:Divisible",
     "vision": "testbed.apps.vision:Vision",
 }
 

@@ -13,3 +13,6 @@ DEADLINE_UNITS = (DEADLINES_MET, DEADLINES_MISSED)
 #: Seconds from a frame's release to its leaving the last stage of a pipeline: one report per frame.
 FRAME_LATENCY = "frame_latency_s"
 SAMPLE_UNITS = (FRAME_LATENCY,)
+#: A worker's finish time (emulated s), reported once: results take each job's spread of them
+#: (``finish_spread_s``, a divisible load's workers should finish together).
+FINISH_UNIT = "finish_s"

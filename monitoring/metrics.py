@@ -78,31 +78,37 @@ class NodeMetrics:
         busy_watts: float,
         tdf: float,
         job_classes: Iterable[str] = (),
+        head: bool = False,
     ) -> None:
         self.node = str(node)
+        #: The head node (paper 001's, outside the cluster): its progress and deadlines count, its CPU,
+        #: power and energy are not the cluster's, so it has none of those gauges.
+        self.head = head
         self.scheduler = scheduler
         self.idle_watts = idle_watts
         self.busy_watts = busy_watts
         self.registry = r = CollectorRegistry()
         n = self.node
-        self.util = Gauge(
-            "testbed_node_cpu_utilization_ratio",
-            "CPU used by the node's processes over what its envelope delivers, last interval (0-1)",
-            ["node", "scheduler"],
-            registry=r,
-        ).labels(n, scheduler)
-        self.power = Gauge(
-            "testbed_node_power_watts",
-            "Node power from the scenario's model P = B + X*u, last interval",
-            ["node"],
-            registry=r,
-        ).labels(n)
-        self.energy = Counter(
-            "testbed_node_energy_joules",
-            "Node energy: power integrated over emulated time since the run began",
-            ["node"],
-            registry=r,
-        ).labels(n)
+        self.util = self.power = self.energy = None
+        if not head:
+            self.util = Gauge(
+                "testbed_node_cpu_utilization_ratio",
+                "CPU used by the node's processes over what its envelope delivers, last interval (0-1)",
+                ["node", "scheduler"],
+                registry=r,
+            ).labels(n, scheduler)
+            self.power = Gauge(
+                "testbed_node_power_watts",
+                "Node power from the scenario's model P = B + X*u, last interval",
+                ["node"],
+                registry=r,
+            ).labels(n)
+            self.energy = Counter(
+                "testbed_node_energy_joules",
+                "Node energy: power integrated over emulated time since the run began",
+                ["node"],
+                registry=r,
+            ).labels(n)
         procs = Gauge(
             "testbed_node_processes",
             "Worker processes on the node by state (blocked = continued but waiting for a message)",
@@ -167,12 +173,15 @@ class NodeMetrics:
         self.rate_error.set(math.nan)
         for g in self.procs.values():
             g.set(0)
-        self.power.set(idle_watts)
+        if self.power is not None:
+            self.power.set(idle_watts)
 
     def sample(self, u: float, dt_emu_s: float) -> float:
         """Records an interval of ``dt_emu_s`` emulated seconds at mean utilisation ``u``. The power model
         is linear in u, so mean power times the interval is the interval's energy exactly. Returns P."""
         p = power_watts(self.idle_watts, self.busy_watts, u)
+        if self.head:
+            return p
         self.util.set(u)
         self.power.set(p)
         if dt_emu_s > 0:

@@ -60,6 +60,7 @@ class NodeMetricsObserver(_Served):
             mon.get("busy_watts", 0.0),
             tdf,
             mon.get("job_classes", ()),
+            head=bool(mon.get("head", False)),
         )
         super().__init__(self.metrics.registry, mon)
         self.node, self.tdf, self.cpu_rate, self.cores = node, tdf, cpu_rate, cores
@@ -116,7 +117,7 @@ class NodeMetricsObserver(_Served):
             m.dispatches.inc(self._continued)
             self._continued = 0
         for (jc, unit), amount in self._progress.items():
-            m.add_progress(jc, unit, amount)
+            m.add_progress(jc, unit, amount)  # deadlines_met / _missed go to testbed_deadlines_total
         self._progress.clear()
         for jc, unit, value in self._samples:
             m.observe_sample(jc, unit, value)

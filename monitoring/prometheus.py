@@ -63,6 +63,7 @@ def write_targets(
     nodes: list[tuple[int, str]] = (),
     coordinator: str | None = None,
     scrape_interval_s: float = 1.0,
+    head: tuple[int, str] | None = None,
 ) -> Path:
     """Writes (atomically) targets.json and prometheus.yml under ``run_dir/prometheus``; returns the
     folder. Call it again as exporters come up: Prometheus picks the change up by itself."""
@@ -73,6 +74,8 @@ def write_targets(
     for n, addr in nodes:
         if addr:
             groups.append({"targets": [addr], "labels": {**base, "role": "node", "node": str(n)}})
+    if head and head[1]:  # paper 001's head node: its workers' progress and deadlines, no node gauges
+        groups.append({"targets": [head[1]], "labels": {**base, "role": "head", "node": str(head[0])}})
     if coordinator:
         groups.append({"targets": [coordinator], "labels": {**base, "role": "coordinator"}})
     _atomic_write(d / "targets.json", json.dumps(groups, indent=2) + "\n")

@@ -55,10 +55,13 @@ class RealTime:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """A job as the policies see it. Times are emulated seconds."""
+    """A job as the policies see it. Times are emulated seconds.
+
+    The optional fields after ``job_class`` describe what some policies need of a job and others ignore;
+    a program kind fills them when the workload is built (``ProgramKind.spec_fields``)."""
 
     job_id: str
-    size: int  # number of processes; one per node on uniprocessor nodes
+    size: int  # number of processes; one per node on uniprocessor nodes (the most, when moldable)
     submit_time: float
     estimate: float | None = None  # runtime estimate (emulated s), for backfilling; None = unknown
     memory_mb: float = 0.0
@@ -66,6 +69,19 @@ class JobSpec:
     job_class: str = "compute"
     #: A real-time job's period, buffer and per-rank work; None for a best-effort job.
     realtime: RealTime | None = None
+    #: Relative deadline D: the job should end by ``submit_time + deadline``; None = no deadline.
+    deadline: float | None = None
+    #: The policy chooses how many nodes the job gets, 1..``size`` (a divisible load), instead of exactly
+    #: ``size``.
+    moldable: bool = False
+    # A divisible load (docs/policies.md, "Divisible load"): sigma units of data, sent by a head one chunk
+    # after another at ``cms`` emulated s per unit (plus ``setup_link`` per chunk), computed at ``cps`` s of
+    # CPU per unit (plus ``setup_compute`` per node). None = not a divisible load.
+    data_size: float | None = None
+    cms: float | None = None
+    cps: float | None = None
+    setup_link: float = 0.0
+    setup_compute: float = 0.0
 
 
 @dataclass(frozen=True, order=True)

@@ -25,6 +25,13 @@ _BUILTIN = {
     "pbsb": "testbed.schedulers.cosched:PbSb",
     "cc": "testbed.schedulers.cosched:Cc",
     "hybrid": "testbed.schedulers.cosched:Hybrid",
+    "mcdf": "testbed.schedulers.divisible:Mcdf",
+    "fifo-anna": "testbed.schedulers.divisible:FifoAnna",
+    "fifo-an": "testbed.schedulers.divisible:FifoAn",
+    "fifo-mn": "testbed.schedulers.divisible:FifoMn",
+    "edf-anna": "testbed.schedulers.divisible:EdfAnna",
+    "edf-an": "testbed.schedulers.divisible:EdfAn",
+    "edf-mn": "testbed.schedulers.divisible:EdfMn",
 }
 
 

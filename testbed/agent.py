@@ -70,6 +70,9 @@ class NodeConfig:
     seed: int = 0
     latency_s: float = 0.0
     bandwidth_Bps: float | None = None
+    #: Modules the node's fork server imports besides WORKER_MODULES: the run's program kinds (a kind
+    #: imported at fork time would count its import in every process's start).
+    preload: tuple[str, ...] = ()
     #: None: no exporter; else {host, port, scrape_interval_s, idle_watts, busy_watts, job_classes}.
     monitoring: dict | None = None
 
@@ -160,9 +163,10 @@ class NodeAgent:
         )
         self.nic_address = self.lt.call(self.nic.start)
         # Workers start by fork from a server with their modules imported: start-up is not the job's.
+        preload = (*WORKER_MODULES, *self.cfg.preload)
         self.forkserver = self.spawner.submit(
             ForkServer, self.envelope, env=self._env({}), cwd=str(self.run_dir),
-            log=str(self.run_dir / "logs" / f"forkserver.node{self.node}.log"), preload=WORKER_MODULES,
+            log=str(self.run_dir / "logs" / f"forkserver.node{self.node}.log"), preload=preload,
         ).result()  # fmt: skip
         self.forkserver.wait_ready()
         self.events.emit(

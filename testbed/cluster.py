@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from testbed import events as ev
 from testbed.actors import AgentHost, CoordinatorActor
-from testbed.agent import NodeConfig
+from testbed.agent import WORKER_MODULES, NodeConfig
 from testbed.mechanism.priority import raise_session_group, restore_session_group
 
 if TYPE_CHECKING:  # the actor processes import this module's actors only: keep pydantic out of them
@@ -150,12 +150,26 @@ def run_ray(
                 latency_s=c.network.latency_us * 1e-6,
                 bandwidth_Bps=c.network.bandwidth_mbps * 1e6 / 8 if c.network.bandwidth_mbps else None,
                 monitoring=mon,
+                preload=tuple(sorted({j.kind.__module__ for j in jobs} - set(WORKER_MODULES))),
             ).__dict__
             for n in range(c.nodes)
         ]
+        # The head node (node N = cluster.nodes), when some job's kind has a head process: a machine of
+        # its own beside the cluster (paper 001's head sends the data), so an agent with its own NIC in a
+        # process of its own, outside every policy's view. No envelope: the paper's head is not one of
+        # the N processing nodes, its CPU is not rationed like theirs (it mostly sleeps out each chunk's
+        # link time and sends); and plain local scheduling (batch's RunAll), whatever the cluster's policy.
+        if any(j.kind.head for j in jobs):
+            head = {**cfgs[0], "node": c.nodes, "envelope": "none", "scheduler": "batch", "params": {}}
+            if mon:
+                head["monitoring"] = {**mon, "head": True}
+            cfgs.append(head)
+            groups.append([c.nodes])
         for g in groups:
             name = f"node{g[0]}" if len(g) == 1 else f"nodes{g[0]}-{g[-1]}"
             hosts.append(Host.options(name=name).remote([cfgs[n] for n in g]))
+        # The cluster's own agents: the probe and the node metrics are theirs (the head's host is last).
+        cluster_hosts = hosts[: -1 if len(cfgs) > c.nodes else None]
         try:
             infos = [i for batch in ray.get([h.info.remote() for h in hosts]) for i in batch]
         except Exception as exc:  # noqa: BLE001 - Ray buries the agent's own reason in its error text
@@ -166,14 +180,15 @@ def run_ray(
         if facts["envelope_note"]:
             log.warning(facts["envelope_note"])
         if mon:
-            nodes_sd = [(i["node"], i["metrics"]) for i in infos]
-            _write_targets(run_dir, run_id, nodes_sd, None, mon)
+            nodes_sd = [(i["node"], i["metrics"]) for i in infos if i["node"] < c.nodes]
+            head_sd = next(((i["node"], i["metrics"]) for i in infos if i["node"] >= c.nodes), None)
+            _write_targets(run_dir, run_id, nodes_sd, None, mon, head_sd)
 
         if scn.clock.rate_probe_s > 0:
             phase(f"probing CPU rate ({scn.clock.rate_probe_s:g} s at full load)")
             start_at = time.monotonic() + PROBE_START_DELAY_S
-            batches = ray.get([h.probe.remote(scn.clock.rate_probe_s, start_at) for h in hosts])
-            ray.get([h.record_probe.remote(b) for h, b in zip(hosts, batches, strict=True)])
+            batches = ray.get([h.probe.remote(scn.clock.rate_probe_s, start_at) for h in cluster_hosts])
+            ray.get([h.record_probe.remote(b) for h, b in zip(cluster_hosts, batches, strict=True)])
             facts["cpu_rate_error_max"] = max(abs(p["error"]) for b in batches for p in b)
 
         phase("running")
@@ -197,7 +212,8 @@ def run_ray(
             on_node_down=scn.faults.on_node_down,
         )
         if mon:
-            _write_targets(run_dir, run_id, nodes_sd, ray.get(coordinator.metrics_address.remote()), mon)
+            coord_sd = ray.get(coordinator.metrics_address.remote())
+            _write_targets(run_dir, run_id, nodes_sd, coord_sd, mon, head_sd)
         t0 = time.monotonic() + CLOCK_START_DELAY_S
         ray.get([h.set_run.remote(t0, coordinator) for h in hosts])
         ray.get(coordinator.start.remote(t0))
@@ -271,11 +287,13 @@ def _monitoring(scn: Scenario, jobs: Sequence[Job]) -> dict | None:
     }
 
 
-def _write_targets(run_dir: Path, run_id: str, nodes: list, coordinator: str | None, mon: dict) -> None:
+def _write_targets(
+    run_dir: Path, run_id: str, nodes: list, coordinator: str | None, mon: dict, head: tuple | None = None
+) -> None:
     # Prometheus file_sd, rewritten as exporters come up (monitoring/prometheus.py).
     from testbed.monitoring.prometheus import write_targets
 
-    write_targets(run_dir, run_id, nodes, coordinator, mon["scrape_interval_s"])
+    write_targets(run_dir, run_id, nodes, coordinator, mon["scrape_interval_s"], head=head)
 
 
 def _teardown(hosts: list, coordinator, reason: str) -> None:

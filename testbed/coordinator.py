@@ -284,9 +284,10 @@ class Coordinator:
     def launch(self, job: Job, nodes: tuple[int, ...]) -> None:
         if self.first_start_real is None:
             self.first_start_real = time.monotonic()
-        nics = [self.nics[n] for n in nodes]
+        placed = self._placed(job, nodes)
+        nics = [self.nics[n] for n in placed]
         attempt = self.core.jobs[job.job_id].starts
-        for rank, node in enumerate(nodes):
+        for rank, node in enumerate(placed):
             launch = job.launch(rank, nics)
             fut = self._call(node, "start_proc", job.job_id, rank, list(launch.argv), dict(launch.env),
                              job.spec.job_class, attempt, job.spec)  # fmt: skip
@@ -294,9 +295,14 @@ class Coordinator:
 
     def kill(self, job: Job, nodes: tuple[int, ...], reason: str) -> None:
         attempt = self.core.jobs[job.job_id].starts  # the start being stopped (a restart comes after)
-        for node in nodes:
+        for node in self._placed(job, nodes):
             self._stops.append(self._call(node, "kill_job", job.job_id, reason, attempt))
         self._stops = [f for f in self._stops if not f.done()]
+
+    def _placed(self, job: Job, nodes: tuple[int, ...]) -> tuple[int, ...]:
+        """Where the job's ranks run: its allocated nodes, then the head node (numbered ``self.nodes``,
+        outside the policy's view) for a kind with a head process (ProgramKind.head)."""
+        return (*nodes, self.nodes) if job.kind.head else tuple(nodes)
 
     def dispatch(self, d: Dispatch, nodes) -> None:
         for o in self.observers:
@@ -321,6 +327,9 @@ class Coordinator:
             self.lt.loop.call_soon_threadsafe(self._on_dead, node, f"{type(exc).__name__}")
 
     def _on_dead(self, node: int, why: str) -> None:
+        if node >= self.nodes:  # the head node: no policy knows it, so the run cannot go on as planned
+            self._abort(f"the head node's agent (node {node}) died ({why})")
+            return
         if node not in self._dead and not self.core.ended:
             self._node_died(node, why)
 

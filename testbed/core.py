@@ -147,7 +147,7 @@ class DecisionCore:
             self.fail(now, job_id, reason or f"rank {rank} failed")
             return
         rec.ranks_ok.add(rank)
-        if len(rec.ranks_ok) == rec.job.processes:
+        if len(rec.ranks_ok) == rec.job.processes_on(len(rec.nodes)):
             self._final(rec, FINISHED)
             self.emit(ev.JOB_FINISHED, now, job=job_id)
             self._ask(now, self.policy.finished, job_id)
@@ -268,7 +268,10 @@ class DecisionCore:
         rec = self._record(a, QUEUED)
         nodes = tuple(a.nodes)
         size = rec.job.spec.size
-        if len(nodes) != size:
+        if rec.job.spec.moldable:
+            if not 1 <= len(nodes) <= size:
+                raise self._refuse(a, f"{len(nodes)} nodes {list(nodes)} for a moldable job of 1..{size}")
+        elif len(nodes) != size:
             raise self._refuse(a, f"{len(nodes)} nodes {list(nodes)} for a job of size {size}")
         bad = [n for n in nodes if not 0 <= n < self.nodes]
         if bad:

@@ -30,19 +30,25 @@ class Job:
 
     @property
     def processes(self) -> int:
-        """Its processes: one per allocated node, and the head (rank ``size``) if its kind has one."""
-        return self.spec.size + (1 if self.kind.head else 0)
+        """Its processes: one per allocated node, and the head (rank ``size``) if its kind has one (the
+        most, for a moldable job: :meth:`processes_on` counts those of one start)."""
+        return self.processes_on(self.spec.size)
+
+    def processes_on(self, nodes: int) -> int:
+        """Its processes when it runs on ``nodes`` allocated nodes: one each, and the head if it has one."""
+        return nodes + (1 if self.kind.head else 0)
 
     def launch(self, rank: int, nics: list[str]) -> Launch:
         """Rank ``rank``'s command and the job's environment for it (the node adds its own): the kind's
-        launch, plus where the job's ranks are (``nics``: one NIC per rank, the head's last), how they
-        wait (read once, by tbcomm) and the memory each keeps resident."""
-        base = self.kind.launch(self.app, rank, self.processes)
+        launch, plus where the job's ranks are (``nics``: one NIC per rank, the head's last, so their
+        number is the job's processes in this start), how they wait (read once, by tbcomm) and the
+        memory each keeps resident."""
+        base = self.kind.launch(self.app, rank, len(nics))
         env = {
             **base.env,
             "TB_JOB": self.job_id,
             "TB_RANK": str(rank),
-            "TB_SIZE": str(self.processes),
+            "TB_SIZE": str(len(nics)),
             "TB_NICS": ",".join(nics),
             "TB_WAIT_MODE": self.wait.mode,
             "TB_SPIN_US": repr(float(self.wait.spin_us)),

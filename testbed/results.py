@@ -16,7 +16,7 @@ from pathlib import Path
 
 from testbed import events as ev
 from testbed.apps.reports import DEADLINE_UNITS as _DEADLINE_UNITS
-from testbed.apps.reports import DEADLINES_MISSED, SAMPLE_UNITS
+from testbed.apps.reports import DEADLINES_MISSED, FINISH_UNIT, SAMPLE_UNITS
 
 JOB_COLUMNS = [
     "job_id",
@@ -115,6 +115,7 @@ class Tally:
         self.deadlines: dict[tuple[str, int, str], float] = {}  # (job, rank, met|missed unit) -> count
         self.samples: dict[tuple[str, str], list[float]] = {}  # (unit, class) -> [sum, count, max]
         self.rt: set[str] = set()  # real-time jobs (job_submitted's realtime)
+        self.finishes: dict[str, dict[int, float]] = defaultdict(dict)  # job -> rank -> reported finish
 
     def add(self, e: dict) -> None:
         kind = e["kind"]
@@ -163,7 +164,9 @@ class Tally:
             if unit in _DEADLINE_UNITS:  # each rank counts its own; a counter only grows
                 key = (e["job"], e.get("rank", 0), unit)
                 self.deadlines[key] = max(self.deadlines.get(key, 0.0), float(e["value"]))
-            if e.get("job") in self.start:
+            elif unit == FINISH_UNIT:
+                self.finishes[e["job"]][e.get("rank", 0)] = float(e["value"])
+            if e.get("job") in self.start and unit != FINISH_UNIT:  # a time, not a count: no rate
                 key = (e["job"], e.get("unit", "barriers"))
                 old = self.progress.get(key)
                 if old is None or e["value"] > old[0]:
@@ -210,6 +213,12 @@ class Tally:
     def paired_fraction(self) -> float | None:
         total, paired = self.planned
         return paired / total if total else None
+
+    def finish_spread(self) -> float | None:
+        """``finish_spread_s``: the mean over jobs whose workers reported their finish times (the unit
+        ``finish_s``: a divisible load's) of the latest minus the earliest; None when none did."""
+        spreads = [max(f.values()) - min(f.values()) for f in self.finishes.values() if f]
+        return sum(spreads) / len(spreads) if spreads else None
 
     def ratios(self, rows: list[dict]) -> dict[str, float]:
         """``reject_ratio`` (jobs rejected / jobs submitted) and, where any job reported deadlines,
@@ -343,6 +352,9 @@ def summarize(events: Iterable[dict] | Tally, facts: RunFacts) -> dict:
         "jobs_not_as_planned": unplanned(rows),
     }
     out.update(t.ratios(rows))
+    spread = t.finish_spread()
+    if spread is not None:
+        out["finish_spread_s"] = spread
     out.update(t.progress_rates())
     return out
 

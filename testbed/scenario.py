@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from testbed.apps import registry as kinds
+from testbed.divisible_tasks import DivisibleTasks
 from testbed.schedulers import registry
 from testbed.schedulers.base import PolicyConfigError
 
@@ -283,11 +284,17 @@ class WorkloadConfig(_Model):
     jobs: list[JobEntry] = Field(default_factory=list)
     generator: PoissonGenerator | None = None
     trace: TraceReplay | None = None
+    divisible: DivisibleTasks | None = Field(
+        None, description="paper 001's divisible-load tasks (testbed/divisible_tasks.py)"
+    )
 
     @model_validator(mode="after")
     def _not_empty(self):
-        if not self.jobs and self.generator is None and self.trace is None:
-            raise ValueError("no jobs: give workload.jobs (a list), workload.generator or workload.trace")
+        if not self.jobs and self.generator is None and self.trace is None and self.divisible is None:
+            raise ValueError(
+                "no jobs: give workload.jobs (a list), workload.generator, workload.trace or "
+                "workload.divisible"
+            )
         ids = [j.id for j in self.jobs if j.id is not None]
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:
@@ -380,6 +387,12 @@ class Scenario(_Model):
                 "lower it or add nodes"
             )
         self._check_apps()
+        d = self.workload.divisible
+        if d is not None and d.nodes is not None and d.nodes > self.cluster.nodes:
+            raise ValueError(
+                f"workload.divisible.nodes ({d.nodes}) is above cluster.nodes ({self.cluster.nodes}); "
+                "lower it or add nodes"
+            )
         state: dict[int, str] = {}
         for i, f in sorted(enumerate(self.faults.script), key=lambda e: (e[1].at_s, e[0])):
             where = f"faults.script.{i}"

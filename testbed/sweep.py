@@ -44,13 +44,15 @@ METRICS = (
 )
 #: Compared when some variant's summary has them: the share of paired quanta (paired gang), the share of
 #: jobs rejected and of deadlines missed (admission control, real-time classes), paper 000's RT jobs turned
-#: away and BE mean response time, and the per-class progress rates (``barriers_per_s.<class>``, paper 002).
+#: away and BE mean response time, divisible loads' finish spread, and the per-class progress rates
+#: (``barriers_per_s.<class>``, paper 002).
 OPTIONAL_METRICS = (
     "quanta_paired_fraction",
     "reject_ratio",
     "deadline_miss_ratio",
     "rt_rejected_ratio",
     "be_mean_response_time_s",
+    "finish_spread_s",
 )
 
 

@@ -3,6 +3,7 @@ data")."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -118,8 +119,23 @@ def build(scn: Scenario) -> list[Job]:
             )
     if scn.workload.trace is not None:
         jobs.extend(_replay(scn.workload.trace, scn.cluster.nodes, scn))
+    if scn.workload.divisible is not None:
+        from testbed.divisible_tasks import draw
+
+        drawn = draw(scn.workload.divisible, scn.cluster.nodes, scn.workload.seed)
+        jobs.extend(Job(j.spec, j.app, _wait(j.app, scn)) for j in drawn)
+    jobs = [_bind(j, rate) for j in jobs]
     jobs.sort(key=lambda j: (j.spec.submit_time, j.job_id))
     return jobs
+
+
+def _bind(job: Job, rate: float) -> Job:
+    """The job as its kind runs it once its arrival is known, with the spec fields the kind adds for the
+    policies (:meth:`ProgramKind.bind`: a deadline, a divisible load's costs)."""
+    app, fields = job.kind.bind(job.app, job.spec.submit_time, rate)
+    if app is job.app and not fields:
+        return job
+    return Job(dataclasses.replace(job.spec, **fields), app, job.wait)
 
 
 def _replay(tr, nodes: int, scn: Scenario) -> list[Job]:

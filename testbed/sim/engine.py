@@ -372,8 +372,8 @@ class Simulation:
     def launch(self, job: Job, nodes: tuple[int, ...]) -> None:
         r = _JobRun(job)
         self.runs[job.job_id] = r
-        size = job.processes
         placed = [self.nodes[n] for n in nodes] + ([self.head] if job.kind.head else [])
+        size = len(placed)
         for rank, node in enumerate(placed):
             n = node.idx
             p = _Process(r, rank, node, SimContext(rank, size, self._clock))

@@ -199,3 +199,39 @@ def test_node_observer_turns_events_into_metrics(tmp_path):
     finally:
         obs.close()
         log.close()
+
+
+def test_node_observer_counts_deadlines_and_a_head_node_has_no_cluster_gauges(tmp_path):
+    """Deadlines reported by a node's workers (deadlines_met / deadlines_missed progress) feed
+    testbed_deadlines_total on that node, in increments per rank; the head node (paper 001's, outside the
+    cluster) exports them too, but no utilisation, power or energy: those are the cluster's."""
+    from testbed.monitoring.observers import NodeMetricsObserver
+
+    from testbed import events as ev
+
+    for head in (False, True):
+        obs = NodeMetricsObserver(
+            4, "mcdf", 2.0, 1.0, 1, {"port": 0, "head": head, "job_classes": ["divisible"]},
+            sample=lambda: (0.0, 0, 0, 0), send=lambda m: None,
+        )  # fmt: skip
+        log = ev.EventWriter(tmp_path / f"node{head}.jsonl", "node4")
+        log.subscribe(obs.event)
+        try:
+            obs.begin()
+            for job in ("t0", "t1", "t2"):
+                log.emit(ev.PROC_STARTED, t=0.0, node=4, job=job, rank=4, pid=1, job_class="divisible")
+            log.emit(ev.PROGRESS, t=1.0, node=4, job="t0", rank=4, unit="deadlines_met", value=1.0)
+            log.emit(ev.PROGRESS, t=1.0, node=4, job="t0", rank=4, unit="deadlines_missed", value=0.0)
+            log.emit(ev.PROGRESS, t=2.0, node=4, job="t1", rank=4, unit="deadlines_met", value=1.0)
+            log.emit(ev.PROGRESS, t=3.0, node=4, job="t2", rank=4, unit="deadlines_missed", value=1.0)
+            obs.tick()
+            m = obs.metrics
+            labels = {"job_class": "divisible", "scheduler": "mcdf", "node": "4"}
+            assert _v(m, "testbed_deadlines_total", outcome="met", **labels) == 2.0
+            assert _v(m, "testbed_deadlines_total", outcome="missed", **labels) == 1.0
+            util = _v(m, "testbed_node_cpu_utilization_ratio", node="4", scheduler="mcdf")
+            assert (util is None) == head
+            assert (_v(m, "testbed_node_energy_joules_total", node="4") is None) == head
+        finally:
+            obs.close()
+            log.close()

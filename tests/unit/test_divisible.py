@@ -1,0 +1,291 @@
+"""Paper 001's divisible-load policies (schedulers/divisible.py): the partition, E(n), n_min, the cost
+derivative and the schedulability test, on cases worked by hand (docs/policies.md, "Divisible load");
+then the seven schedulers in the simulator with the `divisible` kind."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from testbed.apps.divisible import Divisible, DivisibleConfig
+from testbed.schedulers import registry
+from testbed.schedulers.base import JobSpec, Reject, Start
+from testbed.schedulers.divisible import (
+    Infeasible,
+    Load,
+    Task,
+    cost_derivative,
+    exec_time,
+    fastest,
+    last_share,
+    n_min,
+    n_min_closed,
+    n_min_scan,
+    plan,
+    shares,
+)
+
+from testbed import events as ev
+from testbed.jobs import Job
+from testbed.sim import simulate
+
+NAMES = ("mcdf", "fifo-anna", "fifo-an", "fifo-mn", "edf-anna", "edf-an", "edf-mn")
+HALF = Load(100, 1, 1)  # beta = 1/2: E(n) = 100 / (1 - 2^-n) = 200, 133.33, 114.29, 106.67, ...
+
+
+def test_the_seven_are_registered():
+    assert set(NAMES) <= set(registry.names())
+    for name in NAMES:
+        assert registry.get(name).name == name
+
+
+# -- the model -----------------------------------------------------------------------------------------
+
+
+def test_partition_without_setup_costs_by_hand():
+    # alpha_j = alpha_1 beta^(j-1), alpha_1 = (1 - beta) / (1 - beta^n): on 2 nodes 2/3 and 1/3.
+    assert shares(HALF, 2) == pytest.approx([2 / 3, 1 / 3])
+    assert shares(HALF, 3) == pytest.approx([4 / 7, 2 / 7, 1 / 7])
+    assert [exec_time(HALF, n) for n in (1, 2, 3, 4)] == pytest.approx([200, 400 / 3, 800 / 7, 1600 / 15])
+
+
+def test_all_nodes_finish_together_with_setup_costs():
+    # Node j's chunk is sent after the first j chunks (ST + alpha sigma Cms each) and computed (SC + alpha
+    # sigma Cps): with the OPR every node finishes at E(n).
+    ld = Load(100, 1, 2, st=3, sc=4)
+    for n in (1, 2, 3, 5):
+        a = shares(ld, n)
+        assert sum(a) == pytest.approx(1.0)
+        sent = 0.0
+        for aj in a:
+            sent += ld.st + aj * ld.sigma * ld.cms
+            assert sent + ld.sc + aj * ld.sigma * ld.cps == pytest.approx(exec_time(ld, n))
+
+
+def test_exec_time_with_setup_costs_by_hand():
+    # docs/policies.md: sigma 100, Cms = Cps = 1; ST = SC = 5: E(1..4) = 210, 146.7, 131.4, 128.0;
+    # alpha_5 < 0.
+    five = Load(100, 1, 1, 5, 5)
+    assert [exec_time(five, n) for n in (1, 2, 3, 4)] == pytest.approx(
+        [210, 146.667, 131.429, 128.0], abs=1e-3
+    )
+    assert last_share(five, 4) > 0 > last_share(five, 5)
+    assert fastest(five, 16) == 4
+    # ST = SC = 20: E(1..3) = 240, 186.7, 182.9, alpha_4 < 0.
+    twenty = Load(100, 1, 1, 20, 20)
+    assert [exec_time(twenty, n) for n in (1, 2, 3)] == pytest.approx([240, 186.667, 182.857], abs=1e-3)
+    assert fastest(twenty, 16) == 3
+    assert fastest(twenty, 2) == 2  # never more than the cluster
+
+
+def test_exec_time_falls_without_setup_costs_and_has_a_finite_minimiser_with_them():
+    for ld in (HALF, Load(37, 0.3, 2.5), Load(250, 4, 0.5)):
+        e = [exec_time(ld, n) for n in range(1, 60)]
+        # Strictly while beta^n still shows against 1 in floating point; never rising after that.
+        exact = [n for n in range(1, 59) if ld.beta**n > 1e-12]
+        assert all(e[n] < e[n - 1] for n in exact)
+        assert all(b <= a for a, b in zip(e, e[1:], strict=False))
+        assert e[-1] >= ld.sigma * ld.cms  # never below the time to send everything
+        assert fastest(ld, 59) == 59
+    for ld in (Load(100, 1, 1, 5, 5), Load(100, 1, 1, 0.5, 0), Load(80, 0.2, 3, 1, 2)):
+        best = fastest(ld, 10_000)
+        e = [exec_time(ld, n) for n in range(1, best + 3)]
+        assert best < 10_000
+        assert all(b < a for a, b in zip(e[:best], e[1:best], strict=False))  # falls up to the minimiser
+        assert min(e) == e[best - 1] and e[best] > e[best - 1]
+
+
+def test_n_min_closed_form_by_hand():
+    # gamma = 1 - sigma Cms / (A + D - s); n_min = ceil(ln gamma / ln beta).
+    assert n_min_closed(HALF, 110, 16) == 4  # gamma = 0.0909: ceil(3.46); E(3) = 114.3 > 110 >= E(4)
+    assert n_min_closed(HALF, 200, 16) == 1  # exactly E(1)
+    assert n_min_closed(HALF, 199, 16) == 2  # gamma = 0.4975: ceil(1.007)
+    assert n_min_closed(HALF, 110, 3) is None  # needs 4
+    assert n_min_closed(HALF, 100, 1000) is None  # gamma = 0: E(n) > sigma Cms for every n
+    # SC alone shifts E by SC: room = available - SC.
+    assert n_min_closed(Load(100, 1, 1, 0, 10), 120, 16) == 4
+    # beta = Cps / (Cms + Cps) = 3/4, sigma Cms = 50: available 80 -> gamma = 0.375, ceil(3.41) = 4.
+    ld = Load(100, 0.5, 1.5)
+    assert n_min_closed(ld, 80, 16) == 4
+    assert exec_time(ld, 3) > 80 >= exec_time(ld, 4)
+
+
+def test_n_min_with_setup_costs_found_numerically():
+    five = Load(100, 1, 1, 5, 5)  # E(1..4) = 210, 146.7, 131.4, 128.0, alpha_5 < 0
+    assert n_min(five, 210, 16) == 1
+    assert n_min_scan(five, 140, 16) == 3
+    assert n_min(five, 128.5, 16) == 4
+    assert n_min(five, 127, 16) is None  # the scan stops at alpha_5 <= 0: E only rises from there
+    assert n_min(five, 128.5, 3) is None
+    with pytest.raises(ValueError, match="ST = 0"):
+        n_min_closed(five, 200, 16)
+
+
+def test_cost_derivative_by_hand_and_where_the_paper_leaves_it_undefined():
+    # W(n) = n E(n): W(1) = 200, W(2) = 266.67, W(3) = 342.86.
+    assert cost_derivative(HALF, 1, 4) == pytest.approx(200 / 3)
+    assert cost_derivative(HALF, 2, 4) == pytest.approx(3 * 800 / 7 - 800 / 3)
+    assert cost_derivative(HALF, 4, 4) == math.inf  # n_min + 1 beyond N
+    five = Load(100, 1, 1, 5, 5)
+    assert cost_derivative(five, 4, 16) == math.inf  # alpha_5 <= 0: no valid 5th node
+
+
+def test_load_refuses_bad_costs_naming_the_field():
+    for kw, field in (({"sigma": 0}, "sigma"), ({"cms": -1}, "cms"), ({"cps": 0}, "cps"), ({"st": -1}, "st")):
+        args = {"sigma": 100, "cms": 1, "cps": 1, **kw}
+        with pytest.raises(ValueError, match=field):
+            Load(**args)
+
+
+# -- the schedulability test ---------------------------------------------------------------------------
+
+
+def _task(name, deadline, seq, ld=HALF, nodes=3, arrival=0.0):
+    return Task(name, arrival, deadline, ld, nodes, seq)
+
+
+def test_mcdf_schedulability_by_hand():
+    # N = 3 idle nodes at 0; sigma 100, Cms = Cps = 1: E(1..3) = 200, 133.3, 114.3.
+    # T1 (deadline 370): n_min = 1, DC = W(2) - W(1) = 66.7. T2 (deadline 120): n_min = 3, DC undefined
+    # (4 > N): +inf, so MCDF places it first: T2 on 3 nodes over [0, 114.3]; then T1 from 114.3 on one
+    # node (255.7 s left: E(1) = 200 fits), ending 314.3 <= 370.
+    t1, t2 = _task("T1", 370, 1), _task("T2", 120, 2)
+    got = plan([t1, t2], [0.0, 0.0, 0.0], "mcdf", "min", 3)
+    assert [(p.job_id, p.start, p.nodes) for p in got] == [("T2", 0.0, 3), ("T1", pytest.approx(800 / 7), 1)]
+    assert got[1].end == pytest.approx(800 / 7 + 200)
+    # FIFO places T1 first (one node at 0); T2 needs 3 nodes but 2 are free, and when T1 frees its node
+    # at 200 T2's deadline has passed: the test fails, naming T2.
+    with pytest.raises(Infeasible, match="T2"):
+        plan([t1, t2], [0.0, 0.0, 0.0], "fifo", "min", 3)
+    # EDF orders by deadline: T2 first too.
+    assert [p.job_id for p in plan([t1, t2], [0.0] * 3, "edf", "min", 3)] == ["T2", "T1"]
+
+
+def test_plan_waits_for_busy_nodes_and_all_nodes_sizing():
+    # Two nodes busy until 50: T1 (deadline 300) fits on the one idle node at 0 (E(1) = 200);
+    # "all" sizing takes every node (3) and so waits until 50, ending 164.3.
+    t1 = _task("T1", 300, 1)
+    [p] = plan([t1], [50.0, 0.0, 50.0], "mcdf", "min", 3)
+    assert (p.start, p.nodes, p.end) == (0.0, 1, 200.0)
+    [q] = plan([t1], [50.0, 0.0, 50.0], "fifo", "all", 3)
+    assert (q.start, q.nodes) == (50.0, 3) and q.end == pytest.approx(50 + 800 / 7)
+
+
+# -- the policies -------------------------------------------------------------------------------------
+
+
+def spec(job_id, t, sigma, deadline, nodes=3, st=0.0, sc=0.0):
+    return JobSpec(
+        job_id, nodes, t, deadline=deadline, moldable=True, data_size=sigma, cms=1.0, cps=1.0,
+        setup_link=st, setup_compute=sc,
+    )  # fmt: skip
+
+
+def test_mcdf_admits_replans_and_rejects_with_reasons():
+    p = registry.get("mcdf").make_global(3, {}, 0)
+    assert p.submit(0.0, spec("A", 0.0, 100, 140)) == [Start("A", (0, 1))]  # n_min(140) = 2: E(2) = 133.3
+    assert p.submit(1.0, spec("B", 1.0, 100, 210)) == [Start("B", (2,))]  # one node: 200 <= 210
+    [r] = p.submit(2.0, spec("C", 2.0, 100, 120))  # needs 3 nodes from 2; none before 133.3: too late
+    assert isinstance(r, Reject) and "C" in r.reason and "admission" in r.reason
+    [never] = p.submit(3.0, spec("D", 3.0, 100, 100))  # shorter than even E(3) = 114.3 on the idle cluster
+    assert isinstance(never, Reject) and "can never meet its deadline" in never.reason
+    # Admitted, to start when A's nodes come free: E(2) = 133.3 from 133.3 <= 3 + 300.
+    assert p.submit(3.0, spec("E", 3.0, 100, 300)) == []
+    assert p.next_tick() == pytest.approx(400 / 3)
+    assert p.finished(400 / 3, "A") == [Start("E", (0, 1))]
+
+
+def test_anna_accepts_everything_and_runs_it_on_all_nodes_in_its_order():
+    fifo = registry.get("fifo-anna").make_global(3, {}, 0)
+    edf = registry.get("edf-anna").make_global(3, {}, 0)
+    for p in (fifo, edf):
+        assert p.submit(0.0, spec("A", 0.0, 100, 500)) == [Start("A", (0, 1, 2))]
+        assert p.submit(1.0, spec("B", 1.0, 100, 900)) == []
+        assert p.submit(2.0, spec("C", 2.0, 100, 400)) == []
+    assert fifo.finished(114.0, "A") == [Start("B", (0, 1, 2))]
+    assert edf.finished(114.0, "A") == [Start("C", (0, 1, 2))]
+    # With setup costs "all nodes" is the fastest number, not N (the paper's footnote to section 6.2).
+    p = registry.get("fifo-anna").make_global(16, {}, 0)
+    assert p.submit(0.0, spec("S", 0.0, 100, 500, nodes=16, st=20, sc=20)) == [Start("S", (0, 1, 2))]
+
+
+def test_a_job_without_a_divisible_load_is_rejected_with_the_reason():
+    p = registry.get("edf-mn").make_global(3, {}, 0)
+    [r] = p.submit(0.0, JobSpec("x", 2, 0.0))
+    assert isinstance(r, Reject) and "divisible" in r.reason
+
+
+# -- the kind in the simulator -------------------------------------------------------------------------
+
+
+def djob(i, t, sigma, deadline, nodes=4, **kw):
+    app, fields = Divisible.bind(DivisibleConfig(sigma=sigma, deadline_s=deadline, **kw), t)
+    return Job(JobSpec(f"t{i}", nodes, t, **fields), app)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_policy_runs_the_kind_in_the_simulator(name):
+    jobs = [djob(0, 0.0, 100, 140), djob(1, 1.0, 100, 210), djob(2, 2.0, 100, 120), djob(3, 5.0, 50, 400)]
+    events = simulate(jobs, registry.get(name), {}, nodes=4, latency_s=0.0)
+    ends = {e["job"]: e["kind"] for e in events if e["kind"] in (ev.JOB_FINISHED, ev.JOB_REJECTED)}
+    assert len(ends) == 4
+    finish = {}
+    for e in events:
+        if e["kind"] == ev.PROGRESS and e["unit"] == "finish_s":
+            finish.setdefault(e["job"], []).append(e["value"])
+    started = {e["job"]: e["t"] for e in events if e["kind"] == ev.JOB_STARTED}
+    for job, times in finish.items():
+        # The partition makes every worker of a task finish at once, at start + E(n).
+        n = len(times)
+        assert max(times) - min(times) < 1e-6
+        sigma = 50 if job == "t3" else 100
+        assert max(times) == pytest.approx(started[job] + exec_time(Load(sigma, 1, 1), n))
+    if name.endswith("anna"):
+        assert all(k == ev.JOB_FINISHED for k in ends.values())  # no admission control
+    else:
+        assert ends["t2"] == ev.JOB_REJECTED  # needs 3 nodes by 2 s; they are busy until 133.3
+
+
+def test_the_kinds_bytes_and_deadlines_in_the_simulator():
+    jobs = [djob(0, 0.0, 100, 140, unit_bytes=10), djob(1, 0.0, 100, 150, unit_bytes=10)]
+    events = simulate(jobs, registry.get("fifo-anna"), {}, nodes=2, latency_s=0.0)
+    got = {(e["job"], e["rank"], e["unit"]): e["value"] for e in events if e["kind"] == ev.PROGRESS}
+    # 2 nodes: alpha = 2/3, 1/3 of 100 units of 10 bytes; the head (rank 2) sent all 1000.
+    assert (
+        got[("t0", 0, "bytes")] == 667 and got[("t0", 1, "bytes")] == 333 and got[("t0", 2, "bytes")] == 1000
+    )
+    assert got[("t0", 2, "deadlines_met")] == 1.0  # ends at 133.3 <= 140
+    assert got[("t1", 2, "deadlines_missed")] == 1.0  # waits for t0: ends at 266.7 > 150
+
+
+def test_a_jobs_size_caps_its_nodes():
+    # The job is moldable up to its size: ANNA's "all nodes" and n_min alike stay within it.
+    p = registry.get("fifo-anna").make_global(4, {}, 0)
+    assert p.submit(0.0, spec("A", 0.0, 100, 500, nodes=2)) == [Start("A", (0, 1))]
+    q = registry.get("mcdf").make_global(4, {}, 0)
+    [r] = q.submit(0.0, spec("B", 0.0, 100, 110, nodes=3))  # needs 4 nodes (E(3) = 114.3 > 110)
+    assert isinstance(r, Reject) and "never" in r.reason
+
+
+def test_workers_beyond_the_fastest_number_get_nothing_under_another_policy():
+    # batch gives the job its 4 nodes; with ST = SC = 20 the fastest number is 3: the 4th worker gets an
+    # empty chunk, the other three finish together at E(3) = 182.9.
+    job = djob(0, 0.0, 100, 500, nodes=4, setup_link=20, setup_compute=20, unit_bytes=10)
+    events = simulate([job], registry.get("batch"), {}, nodes=4, latency_s=0.0)
+    got = {(e["rank"], e["unit"]): e["value"] for e in events if e["kind"] == ev.PROGRESS}
+    assert got[(3, "bytes")] == 0 and (3, "finish_s") not in got
+    assert sum(got[(r, "bytes")] for r in range(4)) == 1000
+    assert [got[(r, "finish_s")] for r in range(3)] == pytest.approx([182.857] * 3, abs=1e-3)
+    assert got[(4, "deadlines_met")] == 1.0
+
+
+def test_a_task_bigger_than_a_nodes_memory_is_rejected():
+    p = registry.get("mcdf").make_global(3, {}, 0)
+    p.set_node_memory(100.0)
+    big = dataclasses.replace(spec("M", 0.0, 100, 500), memory_mb=150.0)
+    [r] = p.submit(0.0, big)
+    assert isinstance(r, Reject) and "150 MB" in r.reason
+    q = registry.get("mcdf").make_global(3, {"memory_aware": False}, 0)
+    q.set_node_memory(100.0)
+    assert q.submit(0.0, big) == [Start("M", (0,))]
