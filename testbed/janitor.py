@@ -15,7 +15,9 @@ called synchronously by the driver at a normal end) means:
   and every process inside a cgroup under ``testbed/ID`` in any hierarchy, gets SIGKILL, its freezer
   cgroup is thawed (a frozen task does not act on SIGKILL until thawed), then SIGCONT;
 * every cgroup under ``testbed/ID`` in every hierarchy is removed, children first, and ``testbed/`` too if
-  no other run uses it.
+  no other run uses it;
+* every container labelled ``testbed.run_id=ID`` (the docker envelope's) is removed through the daemon,
+  first (which kills what is in its cgroups), and then ``testbed-docker/ID`` in every hierarchy.
 
 Only marked or enveloped processes are touched: the janitor never kills the watched processes themselves
 or anything else they started. It strips ``TESTBED_RUN_ID`` from its own environment and never signals
@@ -163,9 +165,31 @@ def _kill(pids: set[int], dirs: list[str], errors: list[str]) -> None:
             pass
 
 
+def _docker_in_use() -> bool:
+    # Importing the SDK costs a janitor 0.2 s: only when a daemon or a docker envelope's cgroup is here.
+    from testbed.mechanism.envelope import cgroup_mounts as mounts
+
+    if os.environ.get("DOCKER_HOST") or os.path.exists("/var/run/docker.sock"):
+        return True
+    return any(os.path.isdir(os.path.join(m, "testbed-docker")) for m, _, _, _ in mounts())
+
+
 def _cleanup(run_ids: set[str], any_marked: bool) -> dict[str, Any]:
     report: dict[str, Any] = {"run_ids": sorted(run_ids), "killed": [], "cgroups_removed": [], "errors": []}
     errors: list[str] = report["errors"]
+    docker = _docker_in_use()
+    if docker:
+        from testbed.mechanism import docker_envelope as de
+
+        if any_marked:
+            run_ids |= de.leftover_run_ids()
+        rep = de.remove_containers(None) if any_marked else {"removed": [], "errors": []}
+        for rid in [] if any_marked else sorted(run_ids):
+            r = de.remove_containers(rid)
+            rep["removed"] += r["removed"]
+            rep["errors"] += r["errors"]
+        report["containers_removed"] = rep["removed"]
+        errors += rep["errors"]
     me = os.getpid()
     killed: set[int] = set()
     deadline = time.monotonic() + KILL_TIMEOUT_S
@@ -203,6 +227,13 @@ def _cleanup(run_ids: set[str], any_marked: bool) -> dict[str, Any]:
                 report["cgroups_removed"] += rmdir_up(os.path.join(mnt, TOP), mnt)
             except OSError as e:
                 errors.append(f"rmdir {os.path.join(mnt, TOP)}: {e}")
+        if docker:
+            try:
+                report["cgroups_removed"] += de.remove_parent_cgroups(rid)
+            except OSError as e:
+                errors.append(f"removing testbed-docker/{rid}: {e}")
+            if de.leftover_run_ids(rid):
+                errors.append(f"cgroups under testbed-docker/{rid} are left (a container not removed?)")
     return report
 
 
