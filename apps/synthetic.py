@@ -76,8 +76,8 @@ def pattern_plan(pattern: str, rank: int, size: int) -> tuple[bool, tuple[int, .
 
 
 class SyntheticConfig(MessagingConfig):
-    """gcomp is in work units (1 unit = 1 ms of CPU on a node of rate 1.0); each of the gio writes takes at
-    least io_time_ms emulated."""
+    """gcomp is in work units (1 unit = 1 ms of the worker thread's own CPU time at rate 1.0); each gio
+    write takes at least io_time_ms emulated."""
 
     kind: Literal["synthetic"] = "synthetic"
     iterations: int = Field(10, ge=1, description="compute / I/O / communication rounds")
@@ -176,15 +176,8 @@ class Synthetic(ProgramKind):
     @classmethod
     def run(cls, cfg: SyntheticConfig, ctx) -> None:
         # Imported here: the scenario loader and the simulator use this module without them.
-        from testbed.apps.tbcomm import CommError
         from testbed.apps.work import work
 
-        iters_per_unit = 0
-        if cfg.gcomp > 0:
-            try:
-                iters_per_unit = int(ctx.env["TB_ITERS_PER_UNIT"])
-            except (KeyError, ValueError):
-                raise CommError("TB_ITERS_PER_UNIT is not set to an integer (calibration missing)") from None
         fd = -1
         if cfg.gio > 0:
             path = ctx.io_path(f"{ctx.job}.{ctx.rank}.io")
@@ -201,7 +194,7 @@ class Synthetic(ProgramKind):
             rounds = 0
             for i in range(cfg.iterations):
                 ctx.touch(i)
-                work(cfg.gcomp, iters_per_unit)
+                work(cfg.gcomp)
                 for _ in range(cfg.gio):
                     start = time.monotonic()
                     if written + cfg.io_bytes > IO_FILE_CAP:

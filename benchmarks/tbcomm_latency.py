@@ -1,21 +1,22 @@
-"""tbcomm one-way latency against raw loopback TCP, measured in the same run.
+"""tbcomm one-way latency against raw loopback TCP, measured in the same run, interleaved.
 
-``python benchmarks/tbcomm_latency.py [--iterations N] [--runs R]``
+``python benchmarks/tbcomm_latency.py [--rounds R] [--block N]``
 
-* raw: two Python processes ping-pong one small message over a plain loopback TCP socket (TCP_NODELAY);
-* tbcomm: two worker processes, each on its own NIC (each NIC in a LoopThread of this process, as in a
-  node agent), ping-pong through tbcomm with wait mode block: sender -> receiving node's NIC -> receiver;
-* tbcomm_reporting: the same with report_messages=True (the NIC reports every arrival, wait and
-  consumption to a hook, as under a coscheduling policy).
+Three ping-pong pairs run side by side, each driven in blocks of N round trips, the blocks taken in turn
+(raw, tbcomm, tbcomm reporting, raw, ...), so that all three see the same host load at about the same
+time (a shared host's load moves the raw figure 3-4x within a minute):
 
-One-way latency = median round trip / 2. Target (DESIGN.md, decision 4): tbcomm <= 3 x raw, where raw is
-the unpinned figure (both processes free to run on any CPU, like the workers and NICs). For reference the
-raw ping-pong is also measured pinned, both processes on one CPU and on two different CPUs; those are not
-the baseline of the ratio (pinning changes wake-up costs several-fold on a VM, MEASUREMENTS.md).
+* raw: two Python processes ping-pong 8 bytes over a plain loopback TCP socket (TCP_NODELAY);
+* tbcomm: two worker processes, each on its own NIC (each NIC as in a node agent: started from a loop
+  thread of this process, its data path on a thread of its own), ping-pong through tbcomm with wait
+  mode block: sender -> receiving node's NIC -> receiver (a standing receive: nobody asked for message
+  events);
+* tbcomm reporting: the same with report_messages=True (every receive asks the NIC, which reports every
+  arrival, wait and consumption to the agent's loop, as under a coscheduling policy).
 
-Without report_messages the NIC uses a standing receive (no RECV frame per message); with it, every
-receive is request/response so that the reported events stay exact (testbed/nic.py).
-The last line printed is one JSON object.
+One-way latency = median round trip / 2 per block; per round, ratio = tbcomm / raw of that round. The
+figures are medians over the rounds. Target (issue 9): tbcomm <= 3 x raw, raw unpinned (workers and NICs
+are unpinned too). The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import time
 WARMUP = 200
 
 RAW_SERVER = r"""
-import socket, sys
+import socket
 srv = socket.create_server(("127.0.0.1", 0))
 print(srv.getsockname()[1], flush=True)
 conn, _ = srv.accept()
@@ -44,91 +45,52 @@ while True:
     conn.sendall(data)
 """
 
+# Both clients read a block size on stdin, run that many round trips, print the median RTT (us); 0 ends.
 RAW_CLIENT = r"""
 import socket, statistics, sys, time
-port, n, warm = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-s = socket.create_connection(("127.0.0.1", port))
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-rtts = []
-for i in range(n + warm):
-    t0 = time.perf_counter()
-    s.sendall(b"x" * 8)
-    got = 0
-    while got < 8:
-        got += len(s.recv(64))
-    if i >= warm:
+for line in sys.stdin:
+    n = int(line)
+    if n == 0:
+        break
+    rtts = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        s.sendall(b"x" * 8)
+        got = 0
+        while got < 8:
+            got += len(s.recv(64))
         rtts.append(time.perf_counter() - t0)
+    print(statistics.median(rtts) * 1e6, flush=True)
 s.close()
-print(statistics.median(rtts) * 1e6, flush=True)
 """
 
 TBCOMM_WORKER = r"""
 import statistics, sys, time
 from testbed.apps.tbcomm import Comm
-n, warm = int(sys.argv[1]), int(sys.argv[2])
 c = Comm.from_env()
-rtts = []
-for i in range(n + warm):
-    if c.rank == 0:
-        t0 = time.perf_counter()
-        c.send(1, b"x" * 8)
-        c.recv(1)
-        if i >= warm:
-            rtts.append(time.perf_counter() - t0)
-    else:
-        c.send(0, c.recv(0))
-c.close()
 if c.rank == 0:
-    print(statistics.median(rtts) * 1e6, flush=True)
+    for line in sys.stdin:
+        n = int(line)
+        if n == 0:
+            break
+        rtts = []
+        for i in range(n):
+            t0 = time.perf_counter()
+            c.send(1, b"x" * 8)
+            c.recv(1)
+            rtts.append(time.perf_counter() - t0)
+        print(statistics.median(rtts) * 1e6, flush=True)
+    c.send(1, b"", tag=1)
+else:
+    while True:
+        src, tag, data = c.recv_msg(0)
+        if tag == 1:
+            break
+        c.send(0, data)
+c.close()
 """
-
-
-def _wait(procs: list[subprocess.Popen], timeout: float = 120.0) -> str:
-    out = ""
-    try:
-        for p in procs:
-            stdout, stderr = p.communicate(timeout=timeout)
-            if p.returncode != 0:
-                raise RuntimeError(f"benchmark process failed ({p.returncode}): {stderr.strip()}")
-            out += stdout
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return out
-
-
-def _pinned(cpu: int | None):
-    if cpu is None:
-        return None
-    return lambda: os.sched_setaffinity(0, {cpu})
-
-
-def raw_rtt_us(iterations: int, cpus: tuple[int, int] | None = None) -> float:
-    """Raw loopback TCP round trip; ``cpus`` pins (server, client) to those CPUs."""
-    server_cpu, client_cpu = cpus if cpus is not None else (None, None)
-    server = subprocess.Popen(
-        [sys.executable, "-c", RAW_SERVER],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_pinned(server_cpu),
-    )
-    try:
-        port = server.stdout.readline().strip()
-        client = subprocess.Popen(
-            [sys.executable, "-c", RAW_CLIENT, port, str(iterations), str(WARMUP)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            preexec_fn=_pinned(client_cpu),
-        )
-        return float(_wait([client, server]).split()[0])
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
 
 
 class _Hooks:
@@ -149,106 +111,144 @@ class _Hooks:
         pass
 
 
-def tbcomm_rtt_us(iterations: int, report_messages: bool = False) -> float:
+class _Pair:
+    """A driven ping-pong: ``block(n)`` -> median RTT (us) of n round trips."""
+
+    def __init__(self, driver: subprocess.Popen, others: list[subprocess.Popen], cleanup=None) -> None:
+        self.driver, self.others, self.cleanup = driver, others, cleanup
+
+    def block(self, n: int) -> float:
+        self.driver.stdin.write(f"{n}\n")
+        self.driver.stdin.flush()
+        line = self.driver.stdout.readline()
+        if not line:
+            raise RuntimeError(f"benchmark process ended: {self.driver.stderr.read().strip()[-500:]}")
+        return float(line)
+
+    def close(self) -> None:
+        try:
+            self.driver.stdin.write("0\n")
+            self.driver.stdin.flush()
+        except OSError:
+            pass
+        for p in [self.driver, *self.others]:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if self.cleanup is not None:
+            self.cleanup()
+
+
+def _popen(args, **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, **kw,
+    )  # fmt: skip
+
+
+def raw_pair() -> _Pair:
+    server = _popen(["-c", RAW_SERVER])
+    port = server.stdout.readline().strip()
+    return _Pair(_popen(["-c", RAW_CLIENT, port]), [server])
+
+
+def tbcomm_pair(report_messages: bool) -> _Pair:
     from testbed.clock import Clock
     from testbed.loop import LoopThread
+    from testbed.mechanism.priority import raise_thread_priority
     from testbed.nic import Nic
 
     clock = Clock.starting_now(1.0)
     threads, nics, addrs = [], [], []
-    try:
-        for node in range(2):
-            lt = LoopThread(f"bench-nic{node}")
-            threads.append(lt)
-            hooks = _Hooks()
-            nic = lt.call(lambda n=node, h=hooks: Nic(n, h, clock, report_messages=report_messages))
-            hooks.nic = nic
-            nics.append(nic)
-            addrs.append(lt.call(nic.start))
-        procs = []
-        for rank in range(2):
-            env = dict(os.environ)
-            env.update(clock.to_env())
-            env.update(
-                TB_JOB="bench",
-                TB_RANK=str(rank),
-                TB_SIZE="2",
-                TB_NICS=",".join(addrs),
-                TB_NODE_NIC=addrs[rank],
-                TB_WAIT_MODE="block",
-            )
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-c", TBCOMM_WORKER, str(iterations), str(WARMUP)],
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-            )
-        return float(_wait(procs).split()[0])
-    finally:
-        for lt, nic in zip(threads, nics, strict=False):
+    for node in range(2):
+        # As in a node agent: the loop thread raised (it hosts the policy's hooks).
+        lt = LoopThread(f"bench-nic{node}", on_start=raise_thread_priority)
+        threads.append(lt)
+        hooks = _Hooks()
+        nic = lt.call(lambda n=node, h=hooks: Nic(n, h, clock, report_messages=report_messages))
+        hooks.nic = nic
+        nics.append(nic)
+        addrs.append(lt.call(nic.start))
+
+    def cleanup():
+        for lt, nic in zip(threads, nics, strict=True):
             lt.call(nic.close, timeout=5)
-        for lt in threads:
             lt.stop()
 
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ)
+        env.update(clock.to_env())
+        env.update(TB_JOB="bench", TB_RANK=str(rank), TB_SIZE="2", TB_NICS=",".join(addrs),
+                   TB_NODE_NIC=addrs[rank], TB_WAIT_MODE="block")  # fmt: skip
+        procs.append(_popen(["-c", TBCOMM_WORKER], env=env))
+    return _Pair(procs[0], procs[1:], cleanup)
 
-def measure(iterations: int = 2000) -> dict:
-    """One run: one-way latencies (us) of raw loopback TCP and of tbcomm, and their ratio."""
-    raw = raw_rtt_us(iterations) / 2
-    tb = tbcomm_rtt_us(iterations) / 2
-    tb_rep = tbcomm_rtt_us(iterations, report_messages=True) / 2
-    cpus = sorted(os.sched_getaffinity(0))
-    same = raw_rtt_us(iterations, (cpus[0], cpus[0])) / 2
-    two = raw_rtt_us(iterations, (cpus[0], cpus[1])) / 2 if len(cpus) > 1 else float("nan")
+
+def measure(rounds: int = 9, block: int = 300, one_cpu: bool = False) -> dict:
+    """Interleaved blocks; one-way latencies (us) and the per-round ratio, medians over the rounds.
+    ``one_cpu``: every process and thread of the benchmark on one CPU (the software path alone: no
+    wake-up of the other CPU, which costs 20-30 us here when it is idle, as a raw pair pinned to two CPUs
+    shows)."""
+    sys.setswitchinterval(0.0005)  # as in a node agent (testbed/agent.py)
+    saved = os.sched_getaffinity(0)
+    if one_cpu:
+        os.sched_setaffinity(0, {min(saved)})  # inherited by the threads and processes made below
+    try:
+        pairs = {"raw": raw_pair(), "tbcomm": tbcomm_pair(False), "reporting": tbcomm_pair(True)}
+    finally:
+        os.sched_setaffinity(0, saved)
+    got: dict[str, list[float]] = {k: [] for k in pairs}
+    try:
+        for p in pairs.values():
+            p.block(WARMUP)
+        for _ in range(rounds):
+            for k, p in pairs.items():
+                got[k].append(p.block(block) / 2)
+    finally:
+        for p in pairs.values():
+            p.close()
+    ratio = [t / r for t, r in zip(got["tbcomm"], got["raw"], strict=True)]
+    ratio_rep = [t / r for t, r in zip(got["reporting"], got["raw"], strict=True)]
     return {
-        "raw_one_way_us": round(raw, 1),
-        "raw_pinned_one_cpu_one_way_us": round(same, 1),
-        "raw_pinned_two_cpus_one_way_us": round(two, 1),
-        "tbcomm_one_way_us": round(tb, 1),
-        "ratio": round(tb / raw, 2),
-        "tbcomm_reporting_one_way_us": round(tb_rep, 1),
-        "ratio_reporting": round(tb_rep / raw, 2),
-        "iterations": iterations,
+        "raw_one_way_us": round(statistics.median(got["raw"]), 1),
+        "tbcomm_one_way_us": round(statistics.median(got["tbcomm"]), 1),
+        "ratio": round(statistics.median(ratio), 2),
+        "tbcomm_reporting_one_way_us": round(statistics.median(got["reporting"]), 1),
+        "ratio_reporting": round(statistics.median(ratio_rep), 2),
+        "ratio_range": [round(min(ratio), 2), round(max(ratio), 2)],
+        "raw_range_us": [round(min(got["raw"]), 1), round(max(got["raw"]), 1)],
+        "rounds": rounds,
+        "block": block,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--iterations", type=int, default=2000)
-    parser.add_argument("--runs", type=int, default=3, help="runs; the figures are their medians")
+    parser.add_argument("--rounds", type=int, default=9, help="rounds of one block per pair")
+    parser.add_argument("--block", type=int, default=300, help="round trips per block")
     args = parser.parse_args()
-    runs = []
-    for i in range(args.runs):
-        r = measure(args.iterations)
-        runs.append(r)
-        print(
-            f"run {i + 1}: raw {r['raw_one_way_us']:.1f} us, tbcomm {r['tbcomm_one_way_us']:.1f} us "
-            f"(x{r['ratio']:.2f}), tbcomm reporting {r['tbcomm_reporting_one_way_us']:.1f} us "
-            f"(x{r['ratio_reporting']:.2f}); raw pinned: one CPU "
-            f"{r['raw_pinned_one_cpu_one_way_us']:.1f} us, "
-            f"two CPUs {r['raw_pinned_two_cpus_one_way_us']:.1f} us",
-            flush=True,
-        )
-    keys = (
-        "raw_one_way_us",
-        "tbcomm_one_way_us",
-        "ratio",
-        "tbcomm_reporting_one_way_us",
-        "ratio_reporting",
-        "raw_pinned_one_cpu_one_way_us",
-        "raw_pinned_two_cpus_one_way_us",
-    )
-    summary = {k: round(statistics.median(r[k] for r in runs), 2) for k in keys}
-    summary.update(iterations=args.iterations, runs=args.runs, host_cores=len(os.sched_getaffinity(0)))
-    summary["when"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    summary["hostname"] = socket.gethostname()
+    r = measure(args.rounds, args.block)
+    pinned = measure(args.rounds, args.block, one_cpu=True)
+    keys = ("raw_one_way_us", "tbcomm_one_way_us", "ratio", "tbcomm_reporting_one_way_us", "ratio_reporting")
+    for k in keys:
+        r[f"one_cpu_{k}"] = pinned[k]
+    r.update(host_cores=len(os.sched_getaffinity(0)), when=time.strftime("%Y-%m-%dT%H:%M:%S"),
+             hostname=socket.gethostname(), loadavg=round(os.getloadavg()[0], 2))  # fmt: skip
     print(
-        f"median of {args.runs}: raw {summary['raw_one_way_us']} us one way, tbcomm "
-        f"{summary['tbcomm_one_way_us']} us, ratio {summary['ratio']} (target <= 3)"
+        f"median of {args.rounds} interleaved rounds: raw {r['raw_one_way_us']} us one way "
+        f"(range {r['raw_range_us'][0]}-{r['raw_range_us'][1]}), tbcomm {r['tbcomm_one_way_us']} us, "
+        f"ratio {r['ratio']} (per round {r['ratio_range'][0]}-{r['ratio_range'][1]}; target <= 3); "
+        f"reporting {r['tbcomm_reporting_one_way_us']} us (x{r['ratio_reporting']})"
     )
-    print(json.dumps(summary), flush=True)
+    print(
+        f"all on one CPU: raw {r['one_cpu_raw_one_way_us']} us, tbcomm {r['one_cpu_tbcomm_one_way_us']} us, "
+        f"ratio {r['one_cpu_ratio']}; reporting {r['one_cpu_tbcomm_reporting_one_way_us']} us "
+        f"(x{r['one_cpu_ratio_reporting']})"
+    )
+    print(json.dumps(r), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,33 +1,171 @@
 """The Ray actor classes. Kept apart from ``testbed.cluster`` so an actor process imports only what a node
-agent or the coordinator needs (start-up time is per actor, 16+ of them on 2 cores)."""
+agent or the coordinator needs (start-up time is per actor, 16+ of them on 2 cores).
+
+Node agents live ``cluster.nodes_per_process`` to an actor process (:class:`AgentHost`): an idle Ray actor
+process costs CPU of its own (its core-worker threads poll; about 0.006 core each here), so one process
+per node put the control plane over 5 % of a 2-core host before it did any work. The agents of one
+process are independent (each its own loop thread, NIC, spawner and fork server) and share the GIL;
+each agent's timer thread runs SCHED_FIFO, so a slot switch is prompt on every one of them.
+"""
 
 from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import os
 
 from testbed.agent import NodeAgent
 from testbed.coordinator import Coordinator, NodeProxy
 
 
-class AgentActor(NodeAgent):
-    """NodeAgent as a Ray actor: process exits are reported to the coordinator actor's handle."""
+class AgentHost:
+    """Several NodeAgents (the nodes of ``cfgs``) in one Ray actor process; the coordinator reaches each
+    through :meth:`call`, and process exits go to the coordinator actor's handle."""
 
-    def set_run(self, t0, iters_per_unit, coordinator=None):  # type: ignore[override]
+    def __init__(self, cfgs: list[dict]) -> None:
+        # In parallel: an agent's start waits for its fork server to import the worker modules.
+        with cf.ThreadPoolExecutor(len(cfgs), thread_name_prefix="agent-init") as pool:
+            futs = [pool.submit(NodeAgent, cfg) for cfg in cfgs]
+        agents, errors = [], []
+        for f in futs:
+            try:
+                agents.append(f.result())
+            except Exception as exc:  # noqa: BLE001 - the others are shut down, then it is raised
+                errors.append(exc)
+        if errors:
+            for a in agents:
+                try:
+                    a.shutdown()
+                except Exception:  # noqa: BLE001 - the janitor sweeps what is left
+                    pass
+            raise errors[0]
+        self.agents = {a.node: a for a in agents}
+        self._pool = cf.ThreadPoolExecutor(len(agents), thread_name_prefix="agent-calls")
+
+    def _each(self, fn) -> list:
+        """fn(agent) for every agent of this process at once, results in node order."""
+        agents = [self.agents[n] for n in sorted(self.agents)]
+        if len(agents) == 1:
+            return [fn(agents[0])]
+        with cf.ThreadPoolExecutor(len(agents)) as pool:
+            return list(pool.map(fn, agents))
+
+    def call(self, node: int, method: str, *args):
+        return getattr(self.agents[node], method)(*args)
+
+    def call_many(self, calls: list[tuple[int, str, tuple]]) -> list[tuple[bool, object]]:
+        """Several calls in one Ray call (a job's ranks on this process's nodes, a slot's dispatches):
+        each node's calls in order, the nodes' side by side (a rank's start waits for its fork).
+        Per call, (True, result) or (False, the exception)."""
+        results: list = [None] * len(calls)
+        by_node: dict[int, list] = {}
+        for i, (node, method, args) in enumerate(calls):
+            by_node.setdefault(node, []).append((i, method, args))
+
+        def run(item):
+            node, todo = item
+            for i, method, args in todo:
+                try:
+                    results[i] = (True, getattr(self.agents[node], method)(*args))
+                except Exception as exc:  # noqa: BLE001 - handed to that call's caller
+                    results[i] = (False, exc)
+
+        if len(by_node) == 1:
+            run(next(iter(by_node.items())))
+        else:
+            list(self._pool.map(run, by_node.items()))
+        return results
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def info(self) -> list[dict]:
+        return self._each(lambda a: a.info())
+
+    def probe(self, seconds: float, start_at: float) -> list[dict]:
+        return self._each(lambda a: a.probe(seconds, start_at))
+
+    def record_probe(self, results: list[dict]) -> None:
+        for r in results:
+            self.agents[r["node"]].record_probe(r)
+
+    def set_run(self, t0: float, coordinator=None) -> None:
         notify = None
         if coordinator is not None:
 
             def notify(msg, _h=coordinator):
                 _h.on_node_event.remote(msg)
 
-        return super().set_run(t0, iters_per_unit, notify)
+        for a in self.agents.values():
+            a.set_run(t0, notify)
+
+    def shutdown(self) -> list[dict]:
+        try:
+            return self._each(lambda a: a.shutdown())
+        finally:
+            self._pool.shutdown(wait=False)
+
+
+class _HostCalls:
+    """The coordinator's calls to one AgentHost. A rank's start and a slot's dispatch made in one turn of
+    the coordinator's loop (a job's ranks, a slot's nodes) go as one Ray call per host: a 16-rank start
+    is 4 Ray calls at 4 nodes per process instead of 16. Anything else goes at once."""
+
+    BATCHED = frozenset({"start_proc", "dispatch"})
+
+    def __init__(self, handle) -> None:
+        self.handle = handle
+        self.pending: list = []
+        self.flush_armed = False
+
+    def call(self, node: int, method: str, args: tuple) -> cf.Future:
+        if method in self.BATCHED:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None  # not on the coordinator's loop (then nothing else is batched with it)
+            if loop is not None:
+                fut: cf.Future = cf.Future()
+                self.pending.append((node, method, args, fut))
+                if not self.flush_armed:
+                    self.flush_armed = True
+                    loop.call_soon(self._flush)
+                return fut
+        return self.handle.call.remote(node, method, *args).future()
+
+    def _flush(self) -> None:
+        self.flush_armed = False
+        batch, self.pending = self.pending, []
+        ref = self.handle.call_many.remote([(n, m, a) for n, m, a, _ in batch]).future()
+
+        def done(f: cf.Future) -> None:
+            exc = f.exception()
+            for i, (*_, fut) in enumerate(batch):
+                if exc is not None:
+                    fut.set_exception(exc)  # the host itself failed (died): every call did
+                    continue
+                ok, value = f.result()[i]
+                if ok:
+                    fut.set_result(value)
+                else:
+                    fut.set_exception(value)
+
+        ref.add_done_callback(done)
 
 
 class RayProxy(NodeProxy):
-    def __init__(self, handle) -> None:
-        self.handle = handle
+    """Node ``node`` of an AgentHost actor, through that host's :class:`_HostCalls`."""
+
+    def __init__(self, host: _HostCalls, node: int) -> None:
+        self.host = host
+        self.node = node
 
     def call(self, method: str, *args):
-        return getattr(self.handle, method).remote(*args).future()
+        return self.host.call(self.node, method, args)
 
 
 class CoordinatorActor(Coordinator):
-    def __init__(self, *args, handles=(), **kwargs):
-        super().__init__(*args, proxies=[RayProxy(h) for h in handles], **kwargs)
+    def __init__(self, *args, hosts=(), nodes=(), **kwargs):
+        """``hosts``: the AgentHost handles; ``nodes``: per node, in node order, (host index, node)."""
+        calls = [_HostCalls(h) for h in hosts]
+        super().__init__(*args, proxies=[RayProxy(calls[i], n) for i, n in nodes], **kwargs)

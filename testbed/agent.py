@@ -26,8 +26,9 @@ from testbed import events as ev
 from testbed.clock import Clock
 from testbed.loop import LoopThread
 from testbed.mechanism.envelope import make_envelope
+from testbed.mechanism.forkserver import ForkServer
 from testbed.mechanism.priority import raise_process_nice, raise_thread_priority
-from testbed.mechanism.process import Worker, spawn
+from testbed.mechanism.process import BaseWorker
 from testbed.messages import NodeError, ProcExit, QuantumUsage, SlotSwitches
 from testbed.nic import Nic
 from testbed.schedulers import registry
@@ -42,6 +43,8 @@ from testbed.schedulers.base import (
 
 #: How often (emulated s) live processes' CPU time is sampled when nothing else samples it.
 SAMPLE_PERIOD_S = 1.0
+#: Imported by the node's fork server at start, so that no rank pays for them (testbed.mechanism.forkserver).
+WORKER_MODULES = ("testbed.apps.worker", "testbed.apps.synthetic", "testbed.apps.probe")
 #: Python's default (5 ms) lets a busy thread keep the GIL for 5 ms after the timer thread asks for it.
 GIL_SWITCH_INTERVAL_S = 0.0005
 
@@ -73,7 +76,7 @@ class NodeConfig:
 @dataclass
 class _ProcState:
     proc: Proc
-    worker: Worker
+    worker: BaseWorker
     running: bool = True
     nice: int = 0
     cpu_at_sample: float = 0.0
@@ -117,7 +120,6 @@ class NodeAgent:
         self.exits: list[dict] = []
         self.notify: Callable[[Any], Any] | None = None  # reports to the coordinator (testbed/messages.py)
         self.down: str | None = None  # why the node is down (a scripted fault), or None
-        self.iters_per_unit: int | None = None
         self.switches = 0
         self.closed = False
         self._wakeup = None
@@ -157,6 +159,12 @@ class NodeAgent:
             bandwidth_Bps=self.cfg.bandwidth_Bps,
         )
         self.nic_address = self.lt.call(self.nic.start)
+        # Workers start by fork from a server with their modules imported: start-up is not the job's.
+        self.forkserver = self.spawner.submit(
+            ForkServer, self.envelope, env=self._env({}), cwd=str(self.run_dir),
+            log=str(self.run_dir / "logs" / f"forkserver.node{self.node}.log"), preload=WORKER_MODULES,
+        ).result()  # fmt: skip
+        self.forkserver.wait_ready()
         self.events.emit(
             ev.RUN_INFO,
             t=0.0,
@@ -187,15 +195,14 @@ class NodeAgent:
     def ping(self) -> int:
         return self.node
 
-    def set_run(self, t0: float, iters_per_unit: int, notify: Callable[[Any], Any] | None = None) -> None:
-        """Fixes the run's clock and calibration; ``notify(message)`` reports to the coordinator (process
-        exits, CPU per quantum, switch times: testbed/messages.py)."""
+    def set_run(self, t0: float, notify: Callable[[Any], Any] | None = None) -> None:
+        """Fixes the run's clock; ``notify(message)`` reports to the coordinator (process exits, CPU per
+        quantum, switch times: testbed/messages.py)."""
 
         def _set():
             self.clock = Clock(self.cfg.tdf, t0)
             self.nic.clock = self.clock
             self.events.clock = self.clock
-            self.iters_per_unit = iters_per_unit
             self.notify = notify
             self._control0 = (time.process_time(), time.monotonic())
             self._schedule_sample()
@@ -205,7 +212,7 @@ class NodeAgent:
 
     def probe(self, seconds: float, start_at: float) -> dict:
         """Runs the work loop flat out in the envelope from ``start_at`` (CLOCK_MONOTONIC) for ``seconds``
-        and reports the delivered CPU rate and the calibration it implies."""
+        and reports the delivered CPU rate."""
         log = str(self.run_dir / "logs" / f"probe.node{self.node}.out")
         err = str(self.run_dir / "logs" / f"probe.node{self.node}.err")
         argv = [
@@ -217,24 +224,24 @@ class NodeAgent:
             "--start-at",
             repr(start_at),
         ]
-        worker = self.lt.call(
-            lambda: spawn(
-                argv, env=self._env({}), cwd=str(self.run_dir), stdout=log, stderr=err, envelope=self.envelope
-            )
-        )
-        code = worker.popen.wait(timeout=seconds + 60 + max(0.0, start_at - time.monotonic()))
+        worker = self.spawner.submit(
+            self.forkserver.spawn, argv, env=self._env({}), cwd=str(self.run_dir), stdout=log, stderr=err
+        ).result()
+        try:
+            code = worker.reap(timeout=seconds + 60 + max(0.0, start_at - time.monotonic()))
+        finally:
+            worker.close()
         if code != 0:
             raise RuntimeError(f"node {self.node}: CPU-rate probe failed (exit {code}): {_stderr_tail(err)}")
         with open(log) as fh:
             out = json.loads(fh.read().strip().splitlines()[-1])
-        delivered = out["cpu_s"] / out["wall_s"]  # real cores
+        delivered = out["rate"]  # real cores (apps/probe.py: robust to where the quota's bursts fall)
         configured = self.envelope.configured_rate() or self.cfg.cpu_rate * self.cfg.cores / self.cfg.tdf
         return {
             "node": self.node,
             "configured": configured,
             "delivered": delivered,
             "error": (delivered - configured) / configured,
-            "iters_per_unit": out["iters_per_unit"],
         }
 
     def record_probe(self, result: dict) -> None:
@@ -257,11 +264,13 @@ class NodeAgent:
         if self.down is not None:
             raise NodeDownError(f"node {self.node} is down ({self.down})")
         self._job_class[job_id] = job_class
-        env = self.lt.call(self._env, env)
+        # Built here, not on the loop thread: it reads only what is fixed for the run, and a rank's start
+        # waits for every hop between threads.
+        env = self._env(env)
         base = self.run_dir / "logs" / f"{job_id}.{rank}"
         worker = self.spawner.submit(
-            spawn, argv, env=env, cwd=str(self.run_dir), stdout=f"{base}.out", stderr=f"{base}.err",
-            envelope=self.envelope,
+            self.forkserver.spawn, argv, env=env, cwd=str(self.run_dir), stdout=f"{base}.out",
+            stderr=f"{base}.err",
         ).result()  # fmt: skip
         if self.closed:
             worker.kill()
@@ -303,6 +312,7 @@ class NodeAgent:
             self.events.emit(
                 ev.RUN_INFO,
                 node=self.node,
+                pid=os.getpid(),  # agents sharing a process report the same process's CPU
                 control_cpu_s=time.process_time() - cpu0,
                 control_wall_s=time.monotonic() - wall0,
             )
@@ -313,6 +323,7 @@ class NodeAgent:
         finally:
             self.lt.stop()
             self.spawner.shutdown(wait=True)
+            self.forkserver.close()
             self.envelope.destroy()  # also kills anything a late spawn left inside
             self.events.close()
             if self._metrics_server is not None:
@@ -328,6 +339,7 @@ class NodeAgent:
         # The process was stopped at spawn if the policy did not allow it; GO only releases the barrier
         # that keeps a worker from starting its work before the agent has applied the policy.
         self.nic.go(proc)
+        self.events.emit(ev.PROC_READY, node=self.node, job=proc.job_id, rank=proc.rank)
 
     def on_local_event(self, event) -> None:
         self._apply(self._decide(self.clock.now(), event))
@@ -359,12 +371,10 @@ class NodeAgent:
                 "PYTHONUNBUFFERED": "1",
             }
         )
-        if self.iters_per_unit:
-            env["TB_ITERS_PER_UNIT"] = str(self.iters_per_unit)
         env.update(extra)
         return env
 
-    def _register(self, proc: Proc, worker: Worker, log: str, attempt: int = 1) -> int:
+    def _register(self, proc: Proc, worker: BaseWorker, log: str, attempt: int = 1) -> int:
         if proc in self.procs:  # an earlier start of this rank, not killed yet: this one replaces it
             self._on_exit(proc, killed=f"replaced by start {attempt} of its job")
         now = self.clock.now()
@@ -372,7 +382,7 @@ class NodeAgent:
             proc, worker, running=True, t_at_sample=now, t_at_switch=now, log=log, attempt=attempt
         )
         self.procs[proc] = st
-        self.lt.loop.add_reader(worker.pidfd, self._on_exit, proc)
+        self.lt.loop.add_reader(worker.exit_fd, self._on_exit, proc)
         self.events.emit(
             ev.PROC_STARTED, t=now, node=self.node, job=proc.job_id, rank=proc.rank, pid=worker.pid
         )
@@ -384,7 +394,7 @@ class NodeAgent:
         st = self.procs.pop(proc, None)
         if st is None:
             return
-        self.lt.loop.remove_reader(st.worker.pidfd)
+        self.lt.loop.remove_reader(st.worker.exit_fd)
         try:
             cpu = st.worker.cpu_time_s()  # still readable: the zombie is not reaped yet
         except (OSError, ValueError):

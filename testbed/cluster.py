@@ -1,6 +1,7 @@
-"""The Ray backend: a local Ray instance, one NodeAgent actor per emulated node, a Coordinator actor.
+"""The Ray backend: a local Ray instance, NodeAgents ``cluster.nodes_per_process`` to an actor
+(testbed.actors.AgentHost), a Coordinator actor.
 
-Bring-up, the CPU-rate probe (which also calibrates the work unit), the run, and a teardown that every
+Bring-up, the CPU-rate probe, the run, and a teardown that every
 exit path goes through. A detached janitor process watches this driver: if the driver is killed
 outright, the janitor removes every worker and cgroup of the run (DESIGN.md, Faults).
 """
@@ -11,7 +12,6 @@ import logging
 import os
 import re
 import signal
-import statistics
 import threading
 import time
 import uuid
@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from testbed import events as ev
-from testbed.actors import AgentActor, CoordinatorActor
+from testbed.actors import AgentHost, CoordinatorActor
 from testbed.agent import NodeConfig
+from testbed.mechanism.priority import raise_session_group, restore_session_group
 
 if TYPE_CHECKING:  # the actor processes import this module's actors only: keep pydantic out of them
     from testbed.jobs import Job
@@ -29,8 +30,9 @@ if TYPE_CHECKING:  # the actor processes import this module's actors only: keep 
 
 log = logging.getLogger("testbed")
 
-#: Real seconds between the probe's launch and its start: lets 16 interpreters start under their quotas.
-PROBE_START_DELAY_S = 1.5
+#: Real seconds between the probe's launch and its start: every node's probe is forked by then (a fork
+#: server answers in milliseconds; an interpreter started under a node's quota took over a second).
+PROBE_START_DELAY_S = 0.5
 #: Real seconds between fixing emulated time 0 and reaching it: every node must know the clock first.
 CLOCK_START_DELAY_S = 0.3
 
@@ -85,8 +87,13 @@ def run_ray(
         marks.append((text, now))
         report(text)
 
-    janitor = start_janitor(run_id, [os.getpid()], run_dir=str(run_dir))
-    agents: list = []
+    # The control plane (Ray, agents, fork servers: this session) must not weigh less than the nodes.
+    # Put back at the end, or by the janitor if this process is killed.
+    facts["session_priority"], old_nice = raise_session_group()
+    janitor = start_janitor(
+        run_id, [os.getpid()], run_dir=str(run_dir), session_nice=(os.getsid(0), old_nice)
+    )
+    hosts: list = []
     coordinator = None
     ended = "error"
     # Every process Ray starts for this run (gcs_server, raylet, its agents, the actor workers) inherits
@@ -98,7 +105,10 @@ def run_ray(
         phase("starting Ray")
         # Ray starts at most num_cpus worker processes at a time (2 here), which serialises the start of
         # 16 actors; and numpy in each worker would size thread pools by the host's cores.
-        os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(scn.cluster.nodes + 1))
+        c = scn.cluster
+        per = c.nodes_per_process
+        groups = [list(range(i, min(i + per, c.nodes))) for i in range(0, c.nodes, per)]
+        os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(len(groups) + 1))
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         # ray.init installs its own SIGTERM handler in this process (it dumps the stack and aborts, so no
         # teardown would run): the caller's handler (the CLI's: SIGTERM = Ctrl-C) is put back after it.
@@ -119,13 +129,13 @@ def run_ray(
         finally:
             if on_term is not None and threading.current_thread() is threading.main_thread():
                 signal.signal(signal.SIGTERM, on_term)
-        Agent = ray.remote(num_cpus=0, max_concurrency=8)(AgentActor)
+        # Calls that block (a rank's start, a probe, a kill) run on the actor's threads: some per node.
+        Host = ray.remote(num_cpus=0, max_concurrency=4 + 4 * per)(AgentHost)
         Coord = ray.remote(num_cpus=0, max_concurrency=8)(CoordinatorActor)
-        c = scn.cluster
         mon = _monitoring(scn, jobs)
-        phase(f"starting {c.nodes} node agents")
-        for n in range(c.nodes):
-            cfg = NodeConfig(
+        phase(f"starting {c.nodes} node agents in {len(groups)} processes")
+        cfgs = [
+            NodeConfig(
                 run_id=run_id,
                 node=n,
                 run_dir=str(run_dir),
@@ -141,10 +151,14 @@ def run_ray(
                 latency_s=c.network.latency_us * 1e-6,
                 bandwidth_Bps=c.network.bandwidth_mbps * 1e6 / 8 if c.network.bandwidth_mbps else None,
                 monitoring=mon,
-            )
-            agents.append(Agent.options(name=f"node{n}").remote(cfg.__dict__))
+            ).__dict__
+            for n in range(c.nodes)
+        ]
+        for g in groups:
+            name = f"node{g[0]}" if len(g) == 1 else f"nodes{g[0]}-{g[-1]}"
+            hosts.append(Host.options(name=name).remote([cfgs[n] for n in g]))
         try:
-            infos = ray.get([a.info.remote() for a in agents])
+            infos = [i for batch in ray.get([h.info.remote() for h in hosts]) for i in batch]
         except Exception as exc:  # noqa: BLE001 - Ray buries the agent's own reason in its error text
             raise RuntimeError(f"a node agent could not start: {root_cause(exc)}") from exc
         facts["envelope"] = infos[0]["envelope"]
@@ -156,27 +170,16 @@ def run_ray(
             nodes_sd = [(i["node"], i["metrics"]) for i in infos]
             _write_targets(run_dir, run_id, nodes_sd, None, mon)
 
-        pinned = scn.clock.iters_per_unit
         if scn.clock.rate_probe_s > 0:
             phase(f"probing CPU rate ({scn.clock.rate_probe_s:g} s at full load)")
             start_at = time.monotonic() + PROBE_START_DELAY_S
-            probes = ray.get([a.probe.remote(scn.clock.rate_probe_s, start_at) for a in agents])
-            ray.get([a.record_probe.remote(p) for a, p in zip(agents, probes, strict=True)])
-            probed = int(statistics.median(p["iters_per_unit"] for p in probes))
-            facts["cpu_rate_error_max"] = max(abs(p["error"]) for p in probes)
-        elif pinned is None:
-            from testbed.apps.work import calibrate
-
-            probed = calibrate()
-        else:
-            probed = None
-        if pinned is not None:
-            # Pinned (by the scenario, or by the first run of a sweep): the probe still measures the rate,
-            # and what it would have calibrated is kept for the record.
-            facts["iters_per_unit_probed"] = probed
-        ipu = facts["iters_per_unit"] = pinned if pinned is not None else probed
+            batches = ray.get([h.probe.remote(scn.clock.rate_probe_s, start_at) for h in hosts])
+            ray.get([h.record_probe.remote(b) for h, b in zip(hosts, batches, strict=True)])
+            facts["cpu_rate_error_max"] = max(abs(p["error"]) for b in batches for p in b)
 
         phase("running")
+        # After the probe, not during it: the coordinator's process start (about a second of CPU) would
+        # come out of the nodes while they are measured.
         coordinator = Coord.remote(
             str(run_dir),
             c.nodes,
@@ -184,7 +187,8 @@ def run_ray(
             scn.scheduler.params,
             scn.workload.seed,
             list(jobs),
-            handles=agents,
+            hosts=hosts,
+            nodes=[(i, n) for i, g in enumerate(groups) for n in g],
             nic_addresses=[i["nic"] for i in infos],
             tdf=tdf,
             duration_s=scn.duration_s,
@@ -196,7 +200,7 @@ def run_ray(
         if mon:
             _write_targets(run_dir, run_id, nodes_sd, ray.get(coordinator.metrics_address.remote()), mon)
         t0 = time.monotonic() + CLOCK_START_DELAY_S
-        ray.get([a.set_run.remote(t0, ipu, coordinator) for a in agents])
+        ray.get([h.set_run.remote(t0, coordinator) for h in hosts])
         ray.get(coordinator.start.remote(t0))
         deadline = t_begin + scn.wall_limit_s
         while True:
@@ -233,7 +237,7 @@ def run_ray(
         raise
     finally:
         facts["ended"] = ended
-        _teardown(agents, coordinator, ended)
+        _teardown(hosts, coordinator, ended)
         try:
             ray.shutdown()
         except Exception as exc:  # noqa: BLE001 - teardown must go on
@@ -244,6 +248,7 @@ def run_ray(
             os.environ[RUN_ID_ENV] = marked_before
         left = cleanup_run(run_id)  # also whatever of Ray's outlived its shutdown
         facts["cleanup"] = left
+        restore_session_group(old_nice)
         janitor.terminate()
         try:
             janitor.wait(timeout=5)
@@ -274,7 +279,7 @@ def _write_targets(run_dir: Path, run_id: str, nodes: list, coordinator: str | N
     write_targets(run_dir, run_id, nodes, coordinator, mon["scrape_interval_s"])
 
 
-def _teardown(agents: list, coordinator, reason: str) -> None:
+def _teardown(hosts: list, coordinator, reason: str) -> None:
     import ray
 
     if coordinator is not None:
@@ -282,7 +287,7 @@ def _teardown(agents: list, coordinator, reason: str) -> None:
             ray.get(coordinator.stop.remote(reason), timeout=30)
         except Exception as exc:  # noqa: BLE001 - a dead coordinator must not stop the agents' teardown
             log.warning("coordinator stop failed: %s", exc)
-    refs = [a.shutdown.remote() for a in agents]
+    refs = [h.shutdown.remote() for h in hosts]
     for ref in refs:
         try:
             ray.get(ref, timeout=30)

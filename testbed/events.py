@@ -27,6 +27,7 @@ JOB_REQUEUED = "job_requeued"  # job, reason (back in the queue: its node went d
 SLOT_PLANNED = "slot_planned"  # slot, at, rows (matrix rows sharing the quantum)
 # Node level (source: nodeN)
 PROC_STARTED = "proc_started"  # job, rank, node, pid
+PROC_READY = "proc_ready"  # job, rank, node: the worker said HELLO to its NIC (start-up done)
 PROC_EXITED = "proc_exited"  # job, rank, node, code, cpu_s, reason
 SLOT_SWITCH = "slot_switch"  # node, slot, at (planned, emulated), effect (emulated), late_ms
 PROC_CPU = "proc_cpu"  # node, job, rank, cpu_s (cumulative)

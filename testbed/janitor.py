@@ -255,14 +255,22 @@ def cleanup_all() -> dict[str, Any]:
 
 
 def start_janitor(
-    run_id: str, watch_pids: list[int], log_path: str | None = None, run_dir: str | None = None
+    run_id: str,
+    watch_pids: list[int],
+    log_path: str | None = None,
+    run_dir: str | None = None,
+    session_nice: tuple[int, str | None] | None = None,
 ) -> subprocess.Popen:
     """Start the janitor detached (own session, no TESTBED_RUN_ID) watching ``watch_pids``; with
-    ``run_dir``, it rebuilds that run's results if the watched processes die."""
+    ``run_dir``, it rebuilds that run's results if the watched processes die. ``session_nice`` = (session
+    id, autogroup nice): put that session's autogroup back to it if they die
+    (priority.raise_session_group)."""
     env = {k: v for k, v in os.environ.items() if k not in (RUN_ID_ENV, "TESTBED_NODE")}
     argv = [sys.executable, "-m", "testbed.janitor", "--run-id", run_id]
     for pid in watch_pids:
         argv += ["--watch", str(pid)]
+    if session_nice is not None and session_nice[1] is not None:
+        argv += ["--session-nice", f"{session_nice[0]}:{session_nice[1]}"]
     if run_dir is not None:
         argv += ["--run-dir", run_dir]
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL
@@ -281,9 +289,12 @@ def start_janitor(
             out.close()  # type: ignore[union-attr]
 
 
-def watch(run_id: str, pids: list[int], run_dir: str | None = None) -> dict[str, Any]:
+def watch(
+    run_id: str, pids: list[int], run_dir: str | None = None, session_nice: tuple[int, str] | None = None
+) -> dict[str, Any]:
     """Block until every pid in ``pids`` has died (or SIGTERM/SIGINT), then cleanup_run(run_id); if they
-    died and ``run_dir`` is given, rebuild that run's results from its events."""
+    died, rebuild ``run_dir``'s results from its events (when given) and put ``session_nice``'s session
+    autogroup back (a killed driver could not)."""
     stop = False
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -312,6 +323,8 @@ def watch(run_id: str, pids: list[int], run_dir: str | None = None) -> dict[str,
             fds.discard(fd)
     report = cleanup_run(run_id)
     report["why"] = why
+    if session_nice is not None and not stop:
+        report["session_nice_restored"] = _restore_session_nice(*session_nice)
     if run_dir is not None and not stop:
         try:
             from pathlib import Path
@@ -330,14 +343,36 @@ def watch(run_id: str, pids: list[int], run_dir: str | None = None) -> dict[str,
     return report
 
 
+def _restore_session_nice(sid: int, nice: str) -> bool:
+    """Through any live process of session ``sid`` (an autogroup is the session's)."""
+    from testbed.mechanism.priority import restore_session_group
+
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                session = int(f.read().rsplit(")", 1)[1].split()[3])  # state ppid pgrp session
+        except (OSError, ValueError, IndexError):
+            continue
+        if session == sid and restore_session_group(nice, int(name)):
+            return True
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m testbed.janitor", description=__doc__.splitlines()[0])
     ap.add_argument("--run-id", required=True)
     ap.add_argument("--watch", type=int, action="append", default=[], metavar="PID")
+    ap.add_argument("--session-nice", default=None, metavar="SID:NICE", help="autogroup to put back")
     ap.add_argument("--run-dir", default=None, help="results folder to rebuild if the watched pids die")
     args = ap.parse_args(argv)
     os.environ.pop(RUN_ID_ENV, None)  # never mark ourselves (nor anything we might start)
-    report = watch(args.run_id, args.watch, args.run_dir)
+    session_nice = None
+    if args.session_nice:
+        sid, _, nice = args.session_nice.partition(":")
+        session_nice = (int(sid), nice)
+    report = watch(args.run_id, args.watch, args.run_dir, session_nice)
     print(json.dumps(report), flush=True)
     return 1 if report["errors"] else 0
 

@@ -30,8 +30,14 @@ acknowledgement takes a round trip, and the sender's node sees the acknowledgeme
 said it blocks (SEND_BLOCKED) is reported woken (SenderWoken) for a policy to boost. Without mode 1,
 nothing of this happens.
 
-The NIC lives in the node agent's asyncio loop thread (:mod:`testbed.loop`); every method except
-:meth:`Nic.go` must be called from that thread (``go`` also accepts other threads).
+The data path runs on a thread of its own, outside asyncio: one epoll loop over the NIC's sockets, a
+timerfd for the emulated links, plain non-blocking sends (a frame a worker cannot take yet waits in
+that connection's output buffer). asyncio's loop cost more per message than the rest of the relay
+(``benchmarks/tbcomm_latency.py``: 5.8x raw loopback TCP one way through the asyncio relay). What the
+node agent must hear (hello, message events for its policy, progress, disconnects) is handed to the
+asyncio loop that called :meth:`Nic.start` (the agent's), in order, in batches. :meth:`Nic.go` and
+:meth:`Nic.drop_job` may be called from any thread; :meth:`Nic.stats` and :meth:`Nic.unconsumed` read a
+snapshot; :meth:`Nic.start` and :meth:`Nic.close` are coroutines for that loop.
 
 Wire format (shared with :mod:`testbed.apps.tbcomm`): each frame is a 20-byte header
 ``struct "!IBBHiii"`` = (body length, frame type, mode, reserved, a, b, c) followed by the body.
@@ -41,15 +47,24 @@ See ``HEADER`` and the frame type constants below.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import errno
+import heapq
+import itertools
 import logging
+import os
+import select
 import socket
 import struct
 import threading
+import time
 import typing
 from collections import deque
 from dataclasses import dataclass, field
 
+from testbed.apps.tbcomm import local_socket_name
 from testbed.clock import Clock
+from testbed.mechanism.priority import raise_thread_priority
 from testbed.schedulers.base import (
     CollectiveEnter,
     CollectiveLeave,
@@ -94,7 +109,41 @@ ANY = -1
 MODES = ("block", "spin", "spin-block")  # index = mode byte in RECV
 _PROGRESS_VALUE = struct.Struct("!d")
 _RBUF = 65536  # receive buffer per connection; grows for a bigger frame, then shrinks back
+#: Real seconds between a worker's connection dropping without BYE and its job's receivers here failing.
+DEAD_PEER_GRACE_S = 0.1
 _DELIVERED = HEADER.pack(0, DELIVERED, 0, 0, 0, 0, 0)
+
+
+# timerfd through libc (os.timerfd_* is Python 3.13+): the emulated links' delays need microseconds.
+_libc = ctypes.CDLL(None, use_errno=True)
+_CLOCK_MONOTONIC = 1
+_TFD_TIMER_ABSTIME = 1
+_TFD_FLAGS = os.O_NONBLOCK | os.O_CLOEXEC  # TFD_NONBLOCK, TFD_CLOEXEC have these values
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+def _timerfd_create() -> int:
+    fd = _libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_FLAGS)
+    if fd < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"timerfd_create: {os.strerror(e)}")
+    return fd
+
+
+def _timerfd_set(fd: int, deadline: float) -> None:
+    """Fire at CLOCK_MONOTONIC ``deadline`` (0: disarm); a deadline already past fires at once."""
+    ns = max(1, round(deadline * 1e9)) if deadline > 0 else 0
+    spec = _Itimerspec(_Timespec(0, 0), _Timespec(ns // 1_000_000_000, ns % 1_000_000_000))
+    if _libc.timerfd_settime(fd, _TFD_TIMER_ABSTIME, ctypes.byref(spec), None) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"timerfd_settime: {os.strerror(e)}")
 
 
 class NicHooks(typing.Protocol):
@@ -129,7 +178,7 @@ class _Link:
     # (deliverable_at, rx, msg, ack): msg None is an acknowledgement for the sender rx; ack, the
     # acknowledgement the message asks for once it is here (job, sender rank, sender's NIC or None).
     queue: deque = field(default_factory=deque)
-    timer: asyncio.TimerHandle | None = None
+    armed: bool = False  # a drain of this link is in the timer heap
 
 
 def _matches(msg_src: int, msg_tag: int, want_src: int, want_tag: int) -> bool:
@@ -139,17 +188,26 @@ def _matches(msg_src: int, msg_tag: int, want_src: int, want_tag: int) -> bool:
     return msg_tag == want_tag or (want_tag == ANY and msg_tag >= 0)
 
 
-class _Conn(asyncio.BufferedProtocol):
-    """One worker connection. A BufferedProtocol: asyncio's plain Protocol allocates a 256 KiB bytes
-    object per read, which costs more than the rest of the relay on a small message."""
+class _Conn:
+    """One connection: a worker's, another NIC's, or one this NIC opened to another NIC. Driven by the
+    NIC's data thread: :meth:`readable` reads and parses what arrived; :meth:`write` sends at once, or
+    keeps what the peer cannot take yet until the socket is writable again."""
 
-    def __init__(self, nic: Nic) -> None:
+    __slots__ = (
+        "nic", "sock", "fd", "rx", "buf", "view", "start", "end", "out", "job", "rank", "local",
+        "src_link", "ack_to", "peer_node", "nic_peer", "out_to", "bye", "closed", "connecting",
+    )  # fmt: skip
+
+    def __init__(self, nic: Nic, sock: socket.socket) -> None:
         self.nic = nic
+        self.sock = sock
+        self.fd = sock.fileno()
         self.rx: _Rx | None = None  # own-node connection: its receiver
-        self.transport: asyncio.Transport | None = None
         self.buf = bytearray(_RBUF)
+        self.view = memoryview(self.buf)
         self.start = 0  # first byte not yet parsed
         self.end = 0  # first free byte
+        self.out: bytearray | None = None  # written, not yet taken by the socket
         self.job: str | None = None
         self.rank = -1
         self.local = False  # the worker's own-node connection (HELLO), which carries RECVs
@@ -159,35 +217,58 @@ class _Conn(asyncio.BufferedProtocol):
         self.nic_peer: str | None = None  # a connection from another NIC (NIC_HELLO): its address
         self.out_to: str | None = None  # a connection to another NIC, opened by this one: its address
         self.bye = False
+        self.closed = False
+        self.connecting: _Out | None = None  # a connection to another NIC, until connect() completes
 
-    def connection_made(self, transport) -> None:
-        self.transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.nic._conns.add(self)
+    def write(self, data) -> None:
+        if self.closed:
+            return
+        if self.out is not None or self.connecting is not None:
+            if self.out is None:
+                self.out = bytearray()
+            self.out += data
+            return
+        try:
+            n = self.sock.send(data)
+        except BlockingIOError:
+            n = 0
+        except OSError:
+            self.nic._close_conn(self)
+            return
+        if n < len(data):
+            self.out = bytearray(memoryview(data)[n:])
+            self.nic._watch_write(self, True)
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        # Make room here, not in buffer_updated: asyncio still holds the previous view there, and a
-        # bytearray with a live view cannot be resized.
+    def flush(self) -> None:
+        """The socket is writable: send what waits."""
+        out = self.out
+        try:
+            n = self.sock.send(out)
+        except BlockingIOError:
+            return
+        except OSError:
+            self.nic._close_conn(self)
+            return
+        del out[:n]
+        if not out:
+            self.out = None
+            self.nic._watch_write(self, False)
+
+    def readable(self) -> None:
         buf = self.buf
         if len(buf) - self.end < _RBUF // 4:
-            pending = self.end - self.start
-            need = pending + _RBUF // 4
-            if pending >= HEADER.size:
-                need = max(need, HEADER.size + HEADER.unpack_from(buf, self.start)[0])
-            if self.start:
-                buf[:pending] = buf[self.start : self.end]
-                self.start, self.end = 0, pending
-            if len(buf) < need:
-                buf.extend(bytes(need - len(buf)))
-            elif len(buf) > _RBUF and need <= _RBUF:
-                del buf[_RBUF:]  # give back the room a big message needed
-        return memoryview(buf)[self.end :]
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.end += nbytes
-        buf = self.buf
+            self._make_room()
+            buf = self.buf
+        try:
+            n = self.sock.recv_into(self.view[self.end :])
+        except BlockingIOError:
+            return
+        except OSError:
+            n = 0
+        if not n:
+            self.nic._close_conn(self)
+            return
+        self.end += n
         off = self.start
         end_all = self.end
         hsize = HEADER.size
@@ -205,15 +286,29 @@ class _Conn(asyncio.BufferedProtocol):
                 off = end
         except _ProtocolError as exc:
             log.warning("nic %d: closing connection from %s:%d: %s", self.nic.node, self.job, self.rank, exc)
-            self.transport.close()
+            self.nic._close_conn(self)
             return
         if off == end_all:
             self.start = self.end = 0
         else:
             self.start = off
 
-    def connection_lost(self, exc) -> None:
-        self.nic._conn_lost(self)
+    def _make_room(self) -> None:
+        buf = self.buf
+        pending = self.end - self.start
+        need = pending + _RBUF // 4
+        if pending >= HEADER.size:
+            need = max(need, HEADER.size + HEADER.unpack_from(buf, self.start)[0])
+        if self.start:
+            buf[:pending] = buf[self.start : self.end]
+            self.start, self.end = 0, pending
+        if len(buf) < need or (len(buf) > _RBUF and need <= _RBUF):
+            self.view.release()  # a bytearray with a live view cannot be resized
+            if len(buf) < need:
+                buf.extend(bytes(need - len(buf)))
+            else:
+                del buf[_RBUF:]  # give back the room a big message needed
+            self.view = memoryview(buf)
 
 
 class _ProtocolError(Exception):
@@ -226,7 +321,6 @@ class _Out:
 
     conn: _Conn | None = None
     pending: list = field(default_factory=list)
-    task: asyncio.Task | None = None
 
 
 class Nic:
@@ -264,13 +358,27 @@ class Nic:
         self._emulate_link = latency_s > 0 or bandwidth_Bps is not None
         # Standing receive (push) unless a policy wants message events; fixed for the NIC's life.
         self._push = not report_messages
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread_id: int | None = None
-        self._server: asyncio.AbstractServer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the agent's: where hooks run
+        self._thread: threading.Thread | None = None  # the data path (push mode)
+        self._loop_thread: int | None = None
+        self._listen: socket.socket | None = None
+        self._listen_unix: socket.socket | None = None  # loopback NICs: tbcomm.local_socket_name
+        self._listeners: dict[int, socket.socket] = {}
+        self._ep: select.epoll | None = None
+        self._wake = -1  # eventfd: commands from other threads wait in _commands
+        self._commands: deque = deque()
+        self._timerfd = -1
+        self._timers: list = []  # heap of (deadline CLOCK_MONOTONIC, seq, fn, args)
+        self._timer_seq = itertools.count()
+        self._timer_armed = 0.0  # the deadline the timerfd is set to (0: disarmed)
+        self._hooks_q: deque = deque()  # (fn, args) for the agent's loop
+        self._hooks_pending = False
         self._conns: set[_Conn] = set()
+        self._by_fd: dict[int, _Conn] = {}
         self._rx: dict[tuple[str, int], _Rx] = {}
         self._links: dict[str, _Link] = {}
         self._failed: dict[str, str] = {}  # job -> why its RECVs can no longer be satisfied
+        self._dying: set[str] = set()  # jobs with a rank gone, failed here after DEAD_PEER_GRACE_S
         self._out: dict[str, _Out] = {}  # connections to other NICs (acknowledgements), by address
         self._closing = False
         self._messages_in = self._bytes_in = self._messages_out = self._bytes_out = 0
@@ -280,17 +388,46 @@ class Nic:
     # API for the node agent
 
     async def start(self) -> str:
+        """Opens the NIC's port and starts its data path; hooks will run on the calling loop."""
         self._loop = asyncio.get_running_loop()
-        self._thread_id = threading.get_ident()
-        self._server = await self._loop.create_server(lambda: _Conn(self), self.host, 0, backlog=512)
-        port = self._server.sockets[0].getsockname()[1]
+        self._loop_thread = threading.get_ident()
+        self._listen = socket.create_server((self.host, 0), backlog=512)
+        self._listen.setblocking(False)
+        port = self._listen.getsockname()[1]
         self.address = f"{self.host}:{port}"
+        name = local_socket_name(self.address)
+        if name is not None:
+            self._listen_unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._listen_unix.bind(name)  # unique: the TCP port is ours in this network namespace
+            self._listen_unix.listen(512)
+            self._listen_unix.setblocking(False)
+        self._ep = select.epoll()
+        self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._timerfd = _timerfd_create()
+        self._listeners = {self._listen.fileno(): self._listen}
+        if self._listen_unix is not None:
+            self._listeners[self._listen_unix.fileno()] = self._listen_unix
+        for fd in (*self._listeners, self._wake, self._timerfd):
+            self._ep.register(fd, select.EPOLLIN)
+        if self.report_messages:
+            # Every message makes events for the policy: the data path runs on the policy's own loop (the
+            # NIC's epoll set is one readable fd there), so no event waits for another thread.
+            self._loop.add_reader(self._ep.fileno(), self._round)
+        else:
+            self._thread = threading.Thread(target=self._run, name=f"nic{self.node}", daemon=True)
+            self._thread.start()
         return self.address
+
+    def _on_data_path(self) -> bool:
+        """Whether the caller is on the thread that runs the data path."""
+        if self._thread is not None:
+            return threading.current_thread() is self._thread
+        return self._loop is None or self._loop_thread == threading.get_ident()
 
     def go(self, proc: Proc) -> None:
         """Release ``proc`` if it waits after HELLO, or let it through at once when its HELLO comes."""
-        if self._loop is not None and threading.get_ident() != self._thread_id:
-            self._loop.call_soon_threadsafe(self.go, proc)
+        if not self._on_data_path():
+            self._command(self.go, proc)
             return
         rx = self._receiver(proc.job_id, proc.rank)
         if rx.go:
@@ -300,7 +437,7 @@ class Nic:
             self._send_go(rx)
 
     def stats(self) -> dict:
-        # list() snapshots under the GIL, so this is also safe from a thread other than the loop's.
+        # list() snapshots under the GIL, so this is safe from a thread other than the data path's.
         receivers = list(self._rx.values())
         links = list(self._links.values())
         return {
@@ -321,27 +458,205 @@ class Nic:
 
     def drop_job(self, job_id: str) -> None:
         """Forget a finished job's receivers and unconsumed messages (the agent calls it when a job ends)."""
+        if not self._on_data_path():
+            self._command(self.drop_job, job_id)
+            return
         for key in [k for k in self._rx if k[0] == job_id]:
             del self._rx[key]
         self._failed.pop(job_id, None)
 
     async def close(self) -> None:
+        """Closes every connection and stops the data path."""
+        if self._ep is None or self._closing:
+            return
         self._closing = True
-        for out in self._out.values():
-            if out.task is not None:
-                out.task.cancel()
-        self._out.clear()
-        if self._server is not None:
-            self._server.close()
-        for link in self._links.values():
-            if link.timer is not None:
-                link.timer.cancel()
-        self._links.clear()
+        if self._thread is not None:
+            self._command(None)
+            self._thread.join(timeout=10)
+            self._thread = None
+        else:
+            self._loop.remove_reader(self._ep.fileno())
+            self._shutdown()
+
+    # ---------------------------------------------------------------------------------------------------
+    # The data path: a thread of its own (push mode), or rounds on the agent's loop (report mode)
+
+    def _command(self, fn, *args) -> None:
+        """Run fn(*args) on the data path (None: stop the data thread)."""
+        if self._thread is None and self._loop is not None:
+            self._loop.call_soon_threadsafe(fn, *args)
+            return
+        self._commands.append((fn, args))
+        try:
+            os.eventfd_write(self._wake, 1)
+        except OSError:
+            pass  # closed: the thread is gone
+
+    def _hook(self, fn, *args) -> None:
+        """Run fn(*args) on the agent's loop, after every hook handed over before it. From the data
+        thread, the agent's loop is woken once per round (:meth:`_wake_hooks`), after the frames of the
+        round went out: a message is not kept waiting for the wake-up of another thread."""
+        if self._thread is None:
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("nic %d: %s hook failed", self.node, getattr(fn, "__name__", fn))
+            return
+        self._hooks_q.append((fn, args))
+
+    def _wake_hooks(self) -> None:
+        if self._hooks_q and not self._hooks_pending:
+            self._hooks_pending = True
+            try:
+                self._loop.call_soon_threadsafe(self._run_hooks)
+            except RuntimeError:
+                pass  # the agent's loop is closed: nobody listens any more
+
+    def _run_hooks(self) -> None:
+        self._hooks_pending = False  # before draining: a hook handed over from now on gets a new call
+        q = self._hooks_q
+        while q:
+            fn, args = q.popleft()
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("nic %d: %s hook failed", self.node, getattr(fn, "__name__", fn))
+
+    def _run(self) -> None:
+        # The relay is what every message waits for: as prompt as the agent's timer (priority.py).
+        raise_thread_priority()
+        ep = self._ep
+        try:
+            while self._process(ep.poll()):
+                if self._hooks_q:
+                    self._wake_hooks()
+        except Exception:
+            log.exception("nic %d: data thread failed", self.node)
+        finally:
+            self._shutdown()
+            self._wake_hooks()
+
+    def _round(self) -> None:
+        """One round on the agent's loop: whatever is ready now."""
+        try:
+            self._process(self._ep.poll(0))
+        except Exception:
+            log.exception("nic %d: data path failed", self.node)
+
+    def _process(self, events) -> bool:
+        """Handles one epoll round; False once told to stop."""
+        wake, timerfd, listeners, by_fd = self._wake, self._timerfd, self._listeners, self._by_fd
+        for fd, mask in events:
+            if fd == wake:
+                if not self._run_commands():
+                    return False
+                continue
+            if fd == timerfd:
+                self._on_timer()
+                continue
+            if fd in listeners:
+                self._accept(listeners[fd])
+                continue
+            conn = by_fd.get(fd)
+            if conn is None:
+                continue
+            if mask & select.EPOLLOUT:
+                if conn.connecting is not None:
+                    self._connected(conn)
+                elif conn.out is not None:
+                    conn.flush()
+            if mask & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR) and not conn.closed:
+                conn.readable()
+        return True
+
+    def _run_commands(self) -> bool:
+        try:
+            os.eventfd_read(self._wake)
+        except BlockingIOError:
+            pass
+        q = self._commands
+        while q:
+            fn, args = q.popleft()
+            if fn is None:
+                return False
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("nic %d: command failed", self.node)
+        return True
+
+    def _shutdown(self) -> None:
+        self._closing = True
         for conn in list(self._conns):
-            conn.transport.abort()
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
+            self._close_conn(conn)
+        self._out.clear()
+        self._links.clear()
+        self._timers.clear()
+        self._ep.close()
+        self._listen.close()
+        if self._listen_unix is not None:
+            self._listen_unix.close()
+        os.close(self._timerfd)
+        wake, self._wake = self._wake, -1
+        os.close(wake)
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.warning("nic %d: accept failed: %s", self.node, exc)
+                return
+            self._add_conn(sock)
+
+    def _add_conn(self, sock: socket.socket, events: int = select.EPOLLIN) -> _Conn:
+        sock.setblocking(False)
+        if sock.family != socket.AF_UNIX:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = _Conn(self, sock)
+        self._conns.add(conn)
+        self._by_fd[conn.fd] = conn
+        self._ep.register(conn.fd, events)
+        return conn
+
+    def _watch_write(self, conn: _Conn, on: bool) -> None:
+        if not conn.closed:
+            self._ep.modify(conn.fd, select.EPOLLIN | (select.EPOLLOUT if on else 0))
+
+    def _close_conn(self, conn: _Conn) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        try:
+            self._ep.unregister(conn.fd)
+        except (OSError, ValueError):
+            pass
+        self._by_fd.pop(conn.fd, None)
+        conn.sock.close()
+        self._conn_lost(conn)
+
+    def _at(self, deadline: float, fn, *args) -> None:
+        """fn(*args) on the data thread at CLOCK_MONOTONIC ``deadline`` (a timerfd: microseconds, not the
+        whole milliseconds of an epoll timeout)."""
+        heapq.heappush(self._timers, (deadline, next(self._timer_seq), fn, args))
+        if self._timers[0][0] != self._timer_armed:
+            self._timer_armed = self._timers[0][0]
+            _timerfd_set(self._timerfd, self._timer_armed)
+
+    def _on_timer(self) -> None:
+        try:
+            os.read(self._timerfd, 8)
+        except BlockingIOError:
+            pass
+        timers = self._timers
+        now = time.monotonic()
+        while timers and timers[0][0] <= now:
+            _, _, fn, args = heapq.heappop(timers)
+            fn(*args)
+        self._timer_armed = timers[0][0] if timers else 0.0
+        _timerfd_set(self._timerfd, self._timer_armed)
 
     # ---------------------------------------------------------------------------------------------------
     # Frames
@@ -359,8 +674,8 @@ class Nic:
             nbytes = end - off - HEADER.size
             self._messages_in += 1
             self._bytes_in += nbytes
-            rx = self._receiver(conn.job, b)
-            msg = (a, c, bytes(buf[off:end]))
+            rx = self._rx.get((conn.job, b)) or self._receiver(conn.job, b)
+            msg = (a, c, bytes(conn.view[off:end]))  # one copy (a bytearray slice would make two)
             ack = (conn.job, a, conn.ack_to) if mode == 1 else None
             if conn.src_link is not None and self._emulate_link:
                 self._delay(conn.src_link, rx, msg, nbytes, ack)
@@ -419,10 +734,7 @@ class Nic:
             rx = self._local_rx(conn)
             body = bytes(buf[off + HEADER.size : end])
             (value,) = _PROGRESS_VALUE.unpack_from(body)
-            try:
-                self.hooks.on_progress(rx.proc, body[_PROGRESS_VALUE.size :].decode(), value)
-            except Exception:
-                log.exception("nic %d: on_progress hook failed", self.node)
+            self._hook(self.hooks.on_progress, rx.proc, body[_PROGRESS_VALUE.size :].decode(), value)
         elif ftype == HELLO:
             if conn.job is not None:
                 raise _ProtocolError("second HELLO/PEER on one connection")
@@ -436,10 +748,7 @@ class Nic:
             conn.rx = rx
             if rx.go:  # the agent said go before the worker got here
                 self._send_go(rx)
-            try:
-                self.hooks.on_hello(rx.proc, b)
-            except Exception:
-                log.exception("nic %d: on_hello hook failed", self.node)
+            self._hook(self.hooks.on_hello, rx.proc, b)
         elif ftype == PEER:
             if conn.job is not None:
                 raise _ProtocolError("second HELLO/PEER on one connection")
@@ -452,12 +761,12 @@ class Nic:
         elif ftype == BYE:
             conn.bye = True
         elif ftype == ACK:
-            pass  # buffer_updated applied the count in the reserved field
+            pass  # _Conn.readable applied the count in the reserved field
         else:
             raise _ProtocolError(f"unknown frame type {ftype}")
 
     def _send_go(self, rx: _Rx) -> None:
-        rx.conn.transport.write(HEADER.pack(0, GO, 1 if self._push else 0, 0, 0, 0, 0))
+        rx.conn.write(HEADER.pack(0, GO, 1 if self._push else 0, 0, 0, 0, 0))
         if self._push:
             # Messages that came before GO were held; the standing receive takes them now, in order.
             q = rx.queue
@@ -471,7 +780,7 @@ class Nic:
         rx.ahead += 1
         self._messages_out += 1
         self._bytes_out += len(frame) - HEADER.size
-        rx.conn.transport.write(frame)
+        rx.conn.write(frame)
 
     def _local_rx(self, conn: _Conn) -> _Rx:
         if not conn.local:
@@ -482,17 +791,18 @@ class Nic:
         link = self._links.get(src_link)
         if link is None:
             link = self._links[src_link] = _Link()
-        now = self._loop.time()  # CLOCK_MONOTONIC, like Clock
+        now = time.monotonic()  # CLOCK_MONOTONIC, like Clock
         tdf = self.clock.tdf
         tx = nbytes / self.bandwidth_Bps * tdf if self.bandwidth_Bps else 0.0
         link.free_at = max(now, link.free_at) + tx
         link.queue.append((link.free_at + self.latency_s * tdf, rx, msg, ack))
-        if link.timer is None:
-            link.timer = self._loop.call_at(link.queue[0][0], self._drain, link)
+        if not link.armed:
+            link.armed = True
+            self._at(link.queue[0][0], self._drain, link)
 
     def _drain(self, link: _Link) -> None:
-        link.timer = None
-        now = self._loop.time()
+        link.armed = False
+        now = time.monotonic()
         q = link.queue
         while q and q[0][0] <= now:
             _, rx, msg, ack = q.popleft()
@@ -503,7 +813,8 @@ class Nic:
             if ack is not None:
                 self._ack(*ack)
         if q:
-            link.timer = self._loop.call_at(q[0][0], self._drain, link)
+            link.armed = True
+            self._at(q[0][0], self._drain, link)
 
     def _arrive(self, rx: _Rx, msg: tuple) -> None:
         self._arrivals += 1
@@ -528,7 +839,7 @@ class Nic:
                 rx.want = None
                 self._messages_out += 1
                 self._bytes_out += len(frame) - HEADER.size
-                rx.conn.transport.write(frame)
+                rx.conn.write(frame)
                 if self.report_messages:
                     self._event(MessageConsumed(rx.proc, len(q)))
                 return True
@@ -552,37 +863,61 @@ class Nic:
         out = self._out.get(nic)
         if out is None:
             out = self._out[nic] = _Out()
-            out.task = self._loop.create_task(self._connect_nic(nic, out))
+            self._connect_nic(nic, out)
         if out.conn is not None:
-            out.conn.transport.write(frame)
+            out.conn.write(frame)
         else:
             out.pending.append(frame)
 
-    async def _connect_nic(self, addr: str, out: _Out) -> None:
-        host, _, port = addr.rpartition(":")
-        try:
-            transport, conn = await self._loop.create_connection(lambda: _Conn(self), host, int(port))
-        except OSError as exc:
-            # Its senders wait on; they are failed with their job (the NIC's node is gone).
-            log.warning("nic %d: cannot reach NIC %s for acknowledgements: %s", self.node, addr, exc)
-            if self._out.get(addr) is out:
-                del self._out[addr]
+    def _connect_nic(self, addr: str, out: _Out) -> None:
+        """Opens a connection to another NIC without waiting: :meth:`_connected` completes it."""
+        name = local_socket_name(addr)
+        if name is not None:
+            sock, target = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), name
+        else:
+            host, _, port = addr.rpartition(":")
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock, target = socket.socket(family, socket.SOCK_STREAM), (host, int(port))
+        sock.setblocking(False)
+        err = sock.connect_ex(target)
+        if err not in (0, errno.EINPROGRESS, errno.EAGAIN):
+            sock.close()
+            self._unreachable(addr, out, os.strerror(err))
             return
-        out.task = None
-        if self._closing or self._out.get(addr) is not out:
-            transport.abort()
-            return
+        conn = self._add_conn(sock, select.EPOLLIN | select.EPOLLOUT)
+        conn.connecting = out
         conn.out_to = addr
+
+    def _connected(self, conn: _Conn) -> None:
+        out, conn.connecting = conn.connecting, None
+        addr = conn.out_to
+        err = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            self._unreachable(addr, out, os.strerror(err))
+            conn.out_to = None  # no reconnect bookkeeping for a connection that never was
+            self._close_conn(conn)
+            return
+        if self._closing or self._out.get(addr) is not out:
+            self._close_conn(conn)
+            return
         hello = self.address.encode()
-        transport.write(HEADER.pack(len(hello), NIC_HELLO, 0, 0, 0, 0, 0) + hello + b"".join(out.pending))
+        frames, conn.out = b"".join(out.pending) + bytes(conn.out or b""), None
+        self._watch_write(conn, False)
+        conn.write(HEADER.pack(len(hello), NIC_HELLO, 0, 0, 0, 0, 0) + hello + frames)
         out.pending.clear()
         out.conn = conn
+
+    def _unreachable(self, addr: str, out: _Out, why: str) -> None:
+        # Its senders wait on; they are failed with their job (the NIC's node is gone).
+        log.warning("nic %d: cannot reach NIC %s for acknowledgements: %s", self.node, addr, why)
+        if self._out.get(addr) is out:
+            del self._out[addr]
 
     def _delivered(self, rx: _Rx) -> None:
         """The acknowledgement of ``rx``'s send reached this (its own) NIC: hand it over, wake it."""
         rx.delivered += 1
         if rx.conn is not None:
-            rx.conn.transport.write(_DELIVERED)
+            rx.conn.write(_DELIVERED)
         if rx.send_blocked:
             rx.send_blocked = False
             if self.report_messages:
@@ -592,13 +927,10 @@ class Nic:
         rx.want = None
         rx.send_blocked = False
         body = reason.encode()
-        rx.conn.transport.write(HEADER.pack(len(body), ERROR, 0, 0, 0, 0, 0) + body)
+        rx.conn.write(HEADER.pack(len(body), ERROR, 0, 0, 0, 0, 0) + body)
 
     def _event(self, event) -> None:
-        try:
-            self.hooks.on_local_event(event)
-        except Exception:
-            log.exception("nic %d: on_local_event hook failed", self.node)
+        self._hook(self.hooks.on_local_event, event)
 
     def _conn_lost(self, conn: _Conn) -> None:
         self._conns.discard(conn)
@@ -613,22 +945,30 @@ class Nic:
             if rx is not None and rx.conn is conn:
                 rx.conn = None
                 rx.want = None
-                try:
-                    self.hooks.on_disconnect(rx.proc)
-                except Exception:
-                    log.exception("nic %d: on_disconnect hook failed", self.node)
-        if not conn.bye and conn.job not in self._failed:
-            # The worker died (no BYE): no receiver of its job waiting here may ever be answered, so
-            # fail them now rather than let them hang (the job has failed anyway).
+                self._hook(self.hooks.on_disconnect, rx.proc)
+        gone = conn.job in self._failed or conn.job in self._dying
+        if not conn.bye and not gone and not self._closing:
+            # The worker died (no BYE): no receiver of its job waiting here may ever be answered, so fail
+            # them rather than let them hang (the job has failed anyway). Not at once: its own node
+            # reports how it died (killed by a signal, its error), and that should reach the
+            # coordinator before the consequence does (its peers failing for want of it), which a
+            # worker ending in a few ms of CPU would otherwise win.
             node = self.node if conn.local else conn.peer_node
             where = f" on node {node}" if node is not None else ""
             reason = f"rank {conn.rank}{where} of job {conn.job} disconnected without closing (died?)"
-            self._failed[conn.job] = reason
-            for (job, _), rx in self._rx.items():
-                # A standing receive may block without the NIC knowing: tell every receiver of the job.
-                if (
-                    job == conn.job
-                    and rx.conn is not None
-                    and (rx.want is not None or rx.send_blocked or (self._push and rx.go))
-                ):
-                    self._fail(rx, reason)
+            self._dying.add(conn.job)
+            self._at(time.monotonic() + DEAD_PEER_GRACE_S, self._fail_job, conn.job, reason)
+
+    def _fail_job(self, job: str, reason: str) -> None:
+        self._dying.discard(job)
+        if job in self._failed or self._closing or not any(j == job for j, _ in self._rx):
+            return  # already failed, or nothing of it is left here (drop_job)
+        self._failed[job] = reason
+        for (j, _), rx in self._rx.items():
+            # A standing receive may block without the NIC knowing: tell every receiver of the job.
+            if (
+                j == job
+                and rx.conn is not None
+                and (rx.want is not None or rx.send_blocked or (self._push and rx.go))
+            ):
+                self._fail(rx, reason)

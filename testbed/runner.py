@@ -378,9 +378,8 @@ def _write_real(scn: Scenario, run_dir: Path, tdf: float, facts: dict) -> dict:
         "run_id": facts.get("run_id"),
         "startup_s": facts.get("startup_s"),
         "phases_s": facts.get("phases_s"),
-        "iters_per_unit": facts.get("iters_per_unit"),
-        "iters_per_unit_probed": facts.get("iters_per_unit_probed"),
         "agent_priority": facts.get("agent_priority"),
+        "session_priority": facts.get("session_priority"),
         "envelope_note": facts.get("envelope_note"),
         "nodes_down": facts.get("nodes_down"),
         "host_cores": host_cores(),
@@ -401,27 +400,9 @@ def run(
     for rep in range(scn.repetitions):
         run_dir = out if scn.repetitions == 1 else out / f"rep-{rep + 1}"
         summaries.append(run_once(scn, backend, run_dir, on_status, on_phase, prometheus, notice))
-        if rep + 1 < scn.repetitions:
-            scn = pin_work_unit(scn, summaries[-1], notice)
     if scn.repetitions > 1:
         (out / "summaries.json").write_text(json.dumps(summaries, indent=2) + "\n")
     return summaries
-
-
-def _with_work_unit(scn: Scenario, ipu: int) -> Scenario:
-    return scn.model_copy(update={"clock": scn.clock.model_copy(update={"iters_per_unit": ipu})})
-
-
-def pin_work_unit(scn: Scenario, summary: dict, notice=None) -> Scenario:
-    """After a run on real processes, the scenario with its calibrated work unit pinned, so that later
-    runs of the same `testbed run` do the same work: the calibration moves by up to ~25 % from run to
-    run on a shared host (measured: 4 736 to 7 869 iterations per unit over 6 runs of one scenario)."""
-    ipu = summary.get("iters_per_unit")
-    if scn.clock.iters_per_unit is not None or not ipu or summary.get("backend") != "ray":
-        return scn
-    if notice:
-        notice(f"work unit pinned at {ipu} iterations (calibrated by the first run) for the runs after it")
-    return _with_work_unit(scn, int(ipu))
 
 
 def _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice) -> list[dict]:
@@ -442,7 +423,6 @@ def _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice) -> li
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.yaml").write_text(yaml.safe_dump(scn.model_dump(mode="json"), sort_keys=False))
     done = [sweep.VariantResult(v) for v in variants]
-    pinned = scn.clock.iters_per_unit
     try:
         for i, res in enumerate(done):
             v = res.variant
@@ -456,12 +436,9 @@ def _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice) -> li
             try:
                 for rep in range(reps):
                     run_dir = vdir if reps == 1 else vdir / f"rep-{rep + 1}"
-                    vscn = v.scenario
-                    if pinned is not None and vscn.clock.iters_per_unit is None:  # a variant's own wins
-                        vscn = _with_work_unit(vscn, pinned)
-                    res.summaries.append(run_once(vscn, backend, run_dir, on_status, phase, prometheus, say))
-                    if pinned is None:
-                        pinned = pin_work_unit(vscn, res.summaries[-1], say).clock.iters_per_unit
+                    res.summaries.append(
+                        run_once(v.scenario, backend, run_dir, on_status, phase, prometheus, say)
+                    )
                 res.status = sweep.OK
             except Exception as exc:  # noqa: BLE001 - recorded with the variant; the sweep goes on
                 res.status = sweep.FAILED

@@ -84,32 +84,40 @@ def _preexec(parent_pid: int, envelope: Envelope | None, errfd: int):
     return setup
 
 
-class Worker:
-    """One worker process. Signals go through its pidfd, so a reaped worker's reused pid is never hit."""
+class BaseWorker:
+    """A worker process, however it was started. Signals go through its pidfd, so a reaped worker's reused
+    pid is never hit. Subclasses say how its exit is learnt (``exit_fd``, ``poll``, ``reap``)."""
 
-    def __init__(self, popen: subprocess.Popen, envelope: Envelope | None) -> None:
-        self.popen = popen
-        self.pid: int = popen.pid
+    def __init__(self, pid: int, pidfd: int, envelope: Envelope | None) -> None:
+        self.pid = pid
+        self.pidfd = pidfd
         self.envelope = envelope
-        # Readable once the process has exited: the agent's loop can add_reader(pidfd) instead of a thread
-        # per child. A zombie still has a pidfd, so this cannot miss an early exit.
-        self.pidfd: int = os.pidfd_open(self.pid)
 
     def __repr__(self) -> str:
-        return f"Worker(pid={self.pid}, returncode={self.popen.returncode})"
+        return f"{type(self).__name__}(pid={self.pid}, returncode={self.returncode})"
+
+    @property
+    def returncode(self) -> int | None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    @property
+    def exit_fd(self) -> int:
+        """Readable once the worker's exit is known here (an event loop can ``add_reader`` it)."""
+        raise NotImplementedError  # pragma: no cover - interface
+
+    def poll(self) -> int | None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def reap(self, timeout: float | None = None) -> int:  # pragma: no cover - interface
+        """Wait for exit and return the return code (negative: killed by that signal). Keeps the pidfd.
+        Raises subprocess.TimeoutExpired after ``timeout`` seconds."""
+        raise NotImplementedError
 
     def signal(self, sig: int) -> None:
         """Raises ProcessLookupError once the worker has been reaped (or its pidfd closed)."""
         if self.pidfd < 0:
             raise ProcessLookupError(self.pid)
         signal.pidfd_send_signal(self.pidfd, sig)
-
-    def poll(self) -> int | None:
-        return self.popen.poll()
-
-    def reap(self, timeout: float | None = None) -> int:
-        """Wait for exit and return the return code (negative: killed by that signal). Keeps the pidfd."""
-        return self.popen.wait(timeout)
 
     def stop(self) -> None:
         self.signal(signal.SIGSTOP)
@@ -119,8 +127,8 @@ class Worker:
 
     def kill(self) -> int:
         """SIGKILL (+SIGCONT, and let it out of a frozen freezer cgroup) and reap; returns the return code."""
-        if self.popen.returncode is not None:
-            return self.popen.returncode
+        if self.poll() is not None:
+            return self.returncode
         for sig in (signal.SIGKILL, signal.SIGCONT):
             try:
                 self.signal(sig)
@@ -130,7 +138,7 @@ class Worker:
             # A frozen task ignores SIGKILL until thawed; move just this one out rather than thaw the node.
             self.envelope.release_frozen(self.pid)
         try:
-            return self.popen.wait(KILL_REAP_TIMEOUT_S)
+            return self.reap(KILL_REAP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise RuntimeError(
                 f"worker {self.pid} still alive {KILL_REAP_TIMEOUT_S} s after SIGKILL (state {self.state()})"
@@ -155,7 +163,7 @@ class Worker:
 
     def _check_alive(self) -> None:
         # After reaping, the pid may belong to someone else: never read /proc for it.
-        if self.popen.returncode is not None:
+        if self.poll() is not None:
             raise ProcessLookupError(self.pid)
 
     def close(self) -> None:
@@ -171,6 +179,35 @@ class Worker:
             pass
 
 
+class Worker(BaseWorker):
+    """A worker this process started (and so reaps) itself: ``spawn``'s exec path."""
+
+    def __init__(self, popen: subprocess.Popen, envelope: Envelope | None) -> None:
+        # Readable once the process has exited: the agent's loop can add_reader(pidfd) instead of a thread
+        # per child. A zombie still has a pidfd, so this cannot miss an early exit.
+        super().__init__(popen.pid, os.pidfd_open(popen.pid), envelope)
+        self.popen = popen
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    @property
+    def exit_fd(self) -> int:
+        return self.pidfd
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def reap(self, timeout: float | None = None) -> int:
+        return self.popen.wait(timeout)
+
+    def _check_alive(self) -> None:
+        # poll() would reap a zombie, whose CPU time the agent still reads: only a reaped one is gone.
+        if self.popen.returncode is not None:
+            raise ProcessLookupError(self.pid)
+
+
 Output = str | os.PathLike | IO[Any] | int | None
 
 
@@ -180,23 +217,10 @@ def _open_output(target: Output) -> tuple[Any, bool]:
     return target, False
 
 
-def spawn(
-    argv: Sequence[str],
-    *,
-    env: Mapping[str, str] | None,
-    cwd: str | os.PathLike | None,
-    stdout: Output,
-    stderr: Output,
-    envelope: Envelope | None,
-    run_id: str | None = None,
-    stdin: Any = subprocess.DEVNULL,
-) -> Worker:
-    """Start ``argv`` as a worker (see the module docstring for what the child gets).
-
-    ``env`` None means a copy of ours. The run id comes from ``run_id``, else the envelope, else
-    ``env[TESTBED_RUN_ID]``; without one the worker could not be found by the janitor, so that is an error.
-    ``stdout``/``stderr``: a path (opened for append), a file object, an fd, subprocess.DEVNULL, or None.
-    """
+def worker_env(env: Mapping[str, str] | None, envelope: Envelope | None, run_id: str | None) -> dict:
+    """The environment a worker gets: ``env`` (None: a copy of ours) marked with the run id (``run_id``,
+    else the envelope's, else ``env[TESTBED_RUN_ID]``; without one the worker could not be found by the
+    janitor, so that is an error) and the envelope's node."""
     full_env = dict(os.environ if env is None else env)
     rid = run_id or (envelope.run_id if envelope is not None else None) or full_env.get(RUN_ID_ENV)
     if not rid:
@@ -209,12 +233,35 @@ def spawn(
     full_env[RUN_ID_ENV] = rid
     if envelope is not None:
         full_env.setdefault(NODE_ENV, str(envelope.node))
-        if envelope.frozen:
-            # The child would freeze inside preexec_fn and Popen would block until someone thaws the node.
-            raise RuntimeError(
-                f"{envelope!r} is frozen: thaw it before spawning into it (then stop the new "
-                "worker if it must not run yet)"
-            )
+    return full_env
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None,
+    cwd: str | os.PathLike | None,
+    stdout: Output,
+    stderr: Output,
+    envelope: Envelope | None,
+    run_id: str | None = None,
+    stdin: Any = subprocess.DEVNULL,
+    pass_fds: Sequence[int] = (),
+) -> Worker:
+    """Start ``argv`` as a worker (see the module docstring for what the child gets).
+
+    ``env`` None means a copy of ours. The run id comes from ``run_id``, else the envelope, else
+    ``env[TESTBED_RUN_ID]``; without one the worker could not be found by the janitor, so that is an error.
+    ``stdout``/``stderr``: a path (opened for append), a file object, an fd, subprocess.DEVNULL, or None.
+    ``pass_fds``: descriptors the child keeps open (every other one is closed).
+    """
+    full_env = worker_env(env, envelope, run_id)
+    if envelope is not None and envelope.frozen:
+        # The child would freeze inside preexec_fn and Popen would block until someone thaws the node.
+        raise RuntimeError(
+            f"{envelope!r} is frozen: thaw it before spawning into it (then stop the new "
+            "worker if it must not run yet)"
+        )
 
     out, close_out = _open_output(stdout)
     err, close_err = _open_output(stderr)
@@ -229,6 +276,7 @@ def spawn(
             stderr=err,
             preexec_fn=_preexec(os.getpid(), envelope, wfd),
             close_fds=True,
+            pass_fds=tuple(pass_fds),
         )
     except subprocess.SubprocessError as e:
         # The failed child wrote its step before exiting. Non-blocking: a sibling spawn from another thread
@@ -259,17 +307,17 @@ def spawn(
 # runnable when it returns. Signals go back to back, with nothing in between, to keep a gang's skew small.
 
 
-def stop_all(workers: Iterable[Worker]) -> float:
+def stop_all(workers: Iterable[BaseWorker]) -> float:
     """SIGSTOP every worker; returns time.monotonic() after the last signal. Reaped workers are skipped."""
     return _signal_all(workers, signal.SIGSTOP)
 
 
-def cont_all(workers: Iterable[Worker]) -> float:
+def cont_all(workers: Iterable[BaseWorker]) -> float:
     """SIGCONT every worker; returns time.monotonic() after the last signal. Reaped workers are skipped."""
     return _signal_all(workers, signal.SIGCONT)
 
 
-def _signal_all(workers: Iterable[Worker], sig: int) -> float:
+def _signal_all(workers: Iterable[BaseWorker], sig: int) -> float:
     gone = []
     for w in workers:
         try:

@@ -85,12 +85,21 @@ def test_quickstart_on_real_processes_and_in_the_simulator(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     srows = _jobs(sim)
     assert set(srows) == set(rows)
-    # Same policy objects, same jobs: the simulator's CPU per job is the work the jobs ask for; the emulator
-    # spends that plus each worker's interpreter start-up (about 0.1 s of CPU per process here).
+    # Same policy objects, same jobs: the simulator's CPU per job is the work the jobs ask for. A work unit
+    # is measured CPU time and start-up is the fork server's, so a compute-bound job spends that plus its
+    # barriers (measured +1.0 to +2.0 % over 3 runs of `python benchmarks/fidelity.py`); an I/O-bound one
+    # also pays for its writes and sleeps, which the simulator does not model (+36 to +45 %).
     for j, r in rows.items():
-        assert float(r["cpu_time"]) >= 0.9 * float(srows[j]["cpu_time"]), (j, r, srows[j])
+        cpu, want = float(r["cpu_time"]), float(srows[j]["cpu_time"])
+        assert cpu >= want, (j, r, srows[j])
+        if j.startswith("cpu-"):
+            assert cpu <= 1.05 * want, (j, r, srows[j])
+    # The emulator keeps to the simulator's time: measured by benchmarks/fidelity.py on this 2-core host
+    # (3 runs, host ~10 % idle): makespan +2.2 to +3.9 %, mean response time +8 to +13 %. The bounds leave
+    # a margin of about 2x for a loaded CI machine.
     ssum = json.loads((sim / "summary.json").read_text())
-    assert ssum["makespan_s"] == pytest.approx(summary["makespan_s"], rel=0.6)
+    assert summary["makespan_s"] == pytest.approx(ssum["makespan_s"], rel=0.10)
+    assert summary["mean_response_time_s"] == pytest.approx(ssum["mean_response_time_s"], rel=0.25)
 
 
 def test_schedulers_command_lists_each_policy():

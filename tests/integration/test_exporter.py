@@ -15,7 +15,6 @@ import uuid
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from testbed.apps.synthetic import Synthetic, SyntheticConfig
-from testbed.apps.work import calibrate
 from testbed.monitoring.metrics import ADMISSION_OUTCOMES, DEADLINE_OUTCOMES, JOB_STATES, PROCESS_STATES
 from testbed.schedulers.base import JobSpec
 
@@ -108,12 +107,10 @@ def test_exporters_of_a_real_gang_run(tmp_path):
             assert ({"outcome": o, "job_class": "compute", "scheduler": "gang"}, 0.0) in c0[
                 "testbed_deadlines_total"
             ]
-        agents[0].record_probe({"node": 0, "configured": 0.5, "delivered": 0.49, "error": -0.02,
-                                "iters_per_unit": 1})  # fmt: skip
+        agents[0].record_probe({"node": 0, "configured": 0.5, "delivered": 0.49, "error": -0.02})
         t0 = time.monotonic() + 0.2
-        ipu = calibrate()
         for a in agents:
-            a.set_run(t0, ipu, coord.on_node_event)
+            a.set_run(t0, coord.on_node_event)
         coord.start(t0)
         mid = None
         deadline = time.monotonic() + 120

@@ -8,7 +8,6 @@ import time
 import uuid
 
 from testbed.apps.synthetic import Synthetic, SyntheticConfig
-from testbed.apps.work import calibrate
 from testbed.schedulers.base import JobSpec
 
 from testbed import events as ev
@@ -45,10 +44,9 @@ def _run(tmp_path, scheduler, params, jobs, nodes=4, tdf=2.0, timeout=120.0, kee
             [a.nic_address for a in agents],
             tdf,
         )
-        ipu = calibrate()
         t0 = time.monotonic() + 0.2
         for a in agents:
-            a.set_run(t0, ipu, coord.on_node_event)
+            a.set_run(t0, coord.on_node_event)
         coord.start(t0)
         if keep is not None:
             keep["coordinator"] = coord
@@ -83,26 +81,22 @@ def test_gang_time_slices_two_full_size_jobs(tmp_path):
         for r in rows.values():
             assert r["starting_time"] < 0.05
             assert r["execution_time"] > 1.5 * ideal, r
+            # The work was really done, no more: 4 ranks x the job's CPU, plus each forked worker's
+            # start, barriers and exit (measured +2.7 to +4.1 % over 6 jobs of 0.3 s per rank: ~10 ms per
+            # rank). A work unit is measured CPU time, so this holds under load too.
+            assert 4 * ideal <= r["cpu_time"] <= 4 * ideal * 1.08, r
         switches = [e for e in events if e["kind"] == ev.SLOT_SWITCH]
         per_slot = {}
         for e in switches:
             per_slot.setdefault(e["slot"], set()).add(e["node"])
         assert len(per_slot) >= 8
         assert all(len(nodes) == 4 for nodes in per_slot.values())
-        return rows, results.slot_skews_ms(events)
-
-    def in_window(m) -> bool:
-        rows, skews = m
-        # The work was really done: 4 ranks x the job's CPU, plus each worker's interpreter start-up
-        # (about 0.1-0.2 s of CPU per process here); and the median switch skew is well below a quantum.
-        cpu_ok = all(4 * ideal * 0.9 <= r["cpu_time"] <= 4 * (ideal + 0.4) for r in rows.values())
-        return cpu_ok and sorted(skews)[len(skews) // 2] < 5.0
+        return results.slot_skews_ms(events)
 
     measured(
         run,
-        in_window,
-        why="on a loaded host the work unit's calibration drifts (CPU per job moves) and a node's timer "
-        "thread can be late (switch skew)",
+        lambda skews: sorted(skews)[len(skews) // 2] < 5.0,  # median well below a quantum
+        why="on a loaded host a node's timer thread can be late (switch skew)",
     )
 
 

@@ -45,8 +45,8 @@ def test_paired_gang_gets_per_quantum_utilisation_from_real_processes(tmp_path):
     io = SyntheticConfig(iterations=40, gcomp=0.5, gio=2, io_time_ms=4.0)
     # Compute with I/O (a 100 % job pairs with nothing: u_x + u_y + 1 % < 100 %). Under a CFS quota a short
     # sleep can hide in the throttled part of a period and cost no CPU, so the I/O must be long enough to
-    # show: 30 ms of compute and 2 x 15 ms of I/O per iteration.
-    cpu = SyntheticConfig(iterations=8, gcomp=30.0, gio=2, io_time_ms=15.0)
+    # show: 30 ms of compute and 15 ms of I/O per iteration (2/3 busy).
+    cpu = SyntheticConfig(iterations=8, gcomp=30.0, gio=1, io_time_ms=15.0)
     jobs = _jobs("paired", [("io", 2, io), ("cpu", 2, cpu)])
     keep: dict = {}
     events = _run(tmp_path, "paired", {"mpl": 2, "quantum_ms": 50.0}, jobs, nodes=2, keep=keep)

@@ -12,16 +12,20 @@ import time
 
 import pytest
 from testbed.apps.synthetic import SyntheticConfig
-from testbed.apps.work import WORK_UNIT_S, calibrate, spin, work
+from testbed.apps.work import WORK_UNIT_S, work
 from testbed.schedulers.base import Proc
 
 from testbed.clock import Clock
 from testbed.jobs import WORK_UNIT_S as JOBS_WORK_UNIT_S
 from testbed.jobs import Job, JobSpec, WaitSpec
 from testbed.loop import LoopThread
+from testbed.mechanism import envelope as envmod
+from testbed.mechanism.envelope import make_envelope
+from testbed.mechanism.process import spawn
 from testbed.nic import Nic
 
-from ..conftest import measured
+_V1_WHY = envmod.probe_v1()
+needs_v1 = pytest.mark.skipif(_V1_WHY is not None, reason=f"cgroup v1 envelope not usable here: {_V1_WHY}")
 
 
 class Hooks:
@@ -81,7 +85,7 @@ def start(
         env = dict(os.environ)
         env.update(clock.to_env())
         env.update(launch.env)
-        env.update(TB_NODE_NIC=addrs[rank], TB_ITERS_PER_UNIT="2000", TB_IO_DIR=str(io_dir), TB_RUN_ID="test")
+        env.update(TB_NODE_NIC=addrs[rank], TB_IO_DIR=str(io_dir), TB_RUN_ID="test")
         env.update(extra)
         p = subprocess.Popen(
             list(launch.argv),
@@ -125,39 +129,55 @@ def test_worker_whose_peer_dies_exits_with_reason(nodes, tmp_path) -> None:
     assert len(stderr.strip().splitlines()) == 1  # one line, no traceback
 
 
-def test_missing_calibration_is_a_clear_error(nodes, tmp_path) -> None:
-    clock, addrs, _, procs = nodes
-    env = {k: v for k, v in os.environ.items() if k != "TB_ITERS_PER_UNIT"}
-    app = SyntheticConfig(iterations=1, gcomp=1).model_dump_json()
-    p = subprocess.run(
-        [sys.executable, "-m", "testbed.apps.worker"],
-        env={**env, "TB_APP": app, "TB_JOB": "x", "TB_RANK": "0", "TB_SIZE": "1", "TB_NICS": addrs[0]},
-        capture_output=True,
-        text=True,
-        timeout=10,
-    )
-    assert p.returncode == 1
-    assert "TB_ITERS_PER_UNIT" in p.stderr
-
-
-def test_work_kernel_and_calibration() -> None:
+def test_work_kernel_is_the_units_of_thread_cpu() -> None:
     assert WORK_UNIT_S == JOBS_WORK_UNIT_S
-    assert spin(1000) == spin(1000)  # deterministic
-
-    def run():
-        ipu = calibrate(0.05)
-        assert ipu > 100
+    for units in (0.5, 20):
         t0 = time.thread_time()
-        work(20, ipu)
-        return time.thread_time() - t0
+        work(units)
+        used = time.thread_time() - t0
+        # Burns until the thread's CPU clock moved by the units: it overshoots by one clock read (~1 us)
+        # plus the call itself; 2 % + 20 us covers both with room (measured: +0.02 % at 50 units).
+        assert units * WORK_UNIT_S <= used <= units * WORK_UNIT_S * 1.02 + 20e-6, (units, used)
+    work(0)
+    work(-1)  # no work, no error
 
-    # 20 units = 20 ms of CPU, with the calibration made just before (the same-test baseline)
-    measured(
-        run,
-        lambda used: 0.01 < used < 0.06,
-        why="the calibration and the work it calibrates are 50 ms of CPU apart; a change of the host's "
-        "load in between (the other hyperthread busy, say) moves iterations per CPU-ms by up to 25 %",
-    )
+
+WORK_CHILD = r"""
+import sys, time
+from testbed.apps.work import work
+units = float(sys.argv[1])
+c0, w0 = time.process_time(), time.monotonic()
+work(units)
+print(time.process_time() - c0, time.monotonic() - w0)
+"""
+
+
+@needs_v1
+def test_a_unit_is_one_ms_of_cpu_on_a_throttled_node_beside_a_busy_one(run_id) -> None:
+    """The unit does not depend on the node's rate, nor on what else runs: 200 units on a node at a
+    quarter of a core, beside a busy process on the same node, take 200 ms of CPU and far longer in wall
+    time (a wall-clock or calibrated kernel would miss one or the other)."""
+    env = make_envelope("cgroup-v1", run_id, 0, 1.0, 4.0, period_us=20_000)
+    env.create()
+    try:
+        hog = spawn([sys.executable, "-c", "while True: pass"], env=None, cwd=None,
+                    stdout=subprocess.DEVNULL, stderr=None, envelope=env)  # fmt: skip
+        try:
+            out = subprocess.run(
+                [sys.executable, "-c", WORK_CHILD, "200"], capture_output=True, text=True, timeout=60,
+                preexec_fn=env.join_self,
+            )  # fmt: skip
+        finally:
+            hog.kill()
+            hog.close()
+        assert out.returncode == 0, out.stderr
+        cpu, wall = map(float, out.stdout.split())
+        # The process's CPU clock around the call (not /proc/.../schedstat: that lags by up to a tick).
+        assert cpu == pytest.approx(0.2, rel=0.01), cpu
+        # A quarter core shared with the hog: about 1.6 s of wall; a wall-time kernel would stop at 0.2.
+        assert wall > 0.8, wall
+    finally:
+        env.destroy()
 
 
 def test_probe_prints_one_json_line() -> None:
@@ -170,6 +190,6 @@ def test_probe_prints_one_json_line() -> None:
     assert p.returncode == 0, p.stderr
     (line,) = p.stdout.strip().splitlines()
     r = json.loads(line)
-    assert set(r) == {"iters", "cpu_s", "wall_s", "iters_per_unit"}
+    assert set(r) == {"cpu_s", "wall_s", "rate"}
     assert r["wall_s"] >= 0.2 and 0 < r["cpu_s"] <= r["wall_s"] + 0.01
-    assert r["iters"] > 0 and r["iters_per_unit"] > 100
+    assert 0 < r["rate"] <= 1.05

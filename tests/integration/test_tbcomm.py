@@ -239,7 +239,6 @@ class Cluster:
             TB_SIZE=str(len(nodes)),
             TB_NICS=",".join(self.addrs[n] for n in nodes),
             TB_NODE_NIC=self.addrs[nodes[rank]],
-            TB_ITERS_PER_UNIT="1000",
             TB_RUN_ID="test",
         )
         env.update({k: str(v) for k, v in extra.items()})

@@ -92,18 +92,12 @@ def test_effective_tdf():
     assert scenario.effective_tdf(load(doc={**MINI, "clock": {"tdf": 3}}), cores=2) == 3.0
 
 
-def test_the_first_real_run_pins_the_work_unit_for_the_runs_after_it():
-    from testbed.runner import pin_work_unit
-
-    scn = load(doc={"cluster": {"nodes": 2}, "workload": {"jobs": [{"size": 1}]}})
-    said = []
-    pinned = pin_work_unit(scn, {"backend": "ray", "iters_per_unit": 6123}, said.append)
-    assert pinned.clock.iters_per_unit == 6123 and "6123" in said[0]
-    # Already pinned (by the scenario or an earlier run), or a simulated run: unchanged.
-    assert pin_work_unit(pinned, {"backend": "ray", "iters_per_unit": 5000}).clock.iters_per_unit == 6123
-    assert pin_work_unit(scn, {"backend": "sim", "iters_per_unit": None}).clock.iters_per_unit is None
-    with pytest.raises(ScenarioError, match="iters_per_unit"):
-        load(doc={"clock": {"iters_per_unit": 0}, "workload": {"jobs": [{"size": 1}]}})
+def test_iters_per_unit_is_refused_saying_it_is_gone():
+    with pytest.raises(ScenarioError, match=r"clock: iters_per_unit: removed: .*thread CPU time.*delete"):
+        load(doc={"clock": {"iters_per_unit": 6000}, "workload": {"jobs": [{"size": 1}]}})
+    # An old results folder's scenario.yaml (null there) still loads.
+    scn = load(doc={"clock": {"iters_per_unit": None}, "workload": {"jobs": [{"size": 1}]}})
+    assert "iters_per_unit" not in scn.clock.model_dump()
 
 
 # --------------------------------------------------------------------------------------------------------
