@@ -252,6 +252,11 @@ class DockerEnvelope(Envelope):
             finally:
                 os.close(fd)
 
+    def join_files(self) -> list[str]:
+        # The fork server stays in the agent's cgroup, as with the cgroup envelope; each forked worker
+        # joins the container's cgroups with these before its first instruction.
+        return list(self._procs_files)
+
     def add(self, pid: int) -> None:
         for path in self._procs_files:
             _write(path, str(pid))

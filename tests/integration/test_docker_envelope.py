@@ -230,3 +230,38 @@ def test_janitor_removes_a_runs_containers_and_workers(run_id):
     assert sorted(report["containers_removed"]) == [f"testbed-{run_id}-node0", f"testbed-{run_id}-node1"]
     assert all(w.reap(5) == -9 for w in workers)
     assert _containers(run_id) == [] and _docker_cgroups(run_id) == []
+
+
+@needs_docker
+def test_fork_server_workers_start_inside_the_container(envelopes, tmp_path, run_id):
+    """The agent's fork server (issue 9) stays in the agent's cgroup, as with the cgroup envelope; each
+    forked worker joins the container's cgroups before its first instruction, and stops, continues and
+    dies under the agent's hand."""
+    from testbed.mechanism.forkserver import ForkServer
+
+    (tmp_path / "cg_report.py").write_text("print(open('/proc/self/cgroup').read(), flush=True)\n")
+    e = envelopes(tdf=2.0)
+    fs = ForkServer(e, env=dict(os.environ), cwd=str(tmp_path), log=str(tmp_path / "fs.log"), run_id=run_id)
+    try:
+        w = fs.spawn([sys.executable, "-m", "cg_report"], env=None, cwd=str(tmp_path),
+                     stdout=str(tmp_path / "w.out"), stderr=str(tmp_path / "w.err"))  # fmt: skip
+        assert w.reap(30) == 0, (tmp_path / "w.err").read_text()
+        lines = (tmp_path / "w.out").read_text().splitlines()
+        cid = e.container.id
+        for ctrl in ("cpu", "freezer", "pids", "memory"):
+            assert any(ctrl in ln.split(":")[1].split(",") and ln.endswith("/" + cid) for ln in lines), lines
+        with open(f"/proc/{fs.proc.pid}/cgroup") as f:
+            assert e.container.id not in f.read()  # the server itself is not charged to the node
+        busy = fs.spawn([sys.executable, "-m", "testbed.apps.probe", "--seconds", "30"], env=None,
+                        cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=None)  # fmt: skip
+        deadline = time.monotonic() + 5
+        while busy.pid not in e.pids():
+            assert time.monotonic() < deadline, e.pids()
+            time.sleep(0.01)
+        busy.stop()
+        time.sleep(0.05)
+        assert busy.state() == "T"
+        busy.cont()
+        busy.kill()
+    finally:
+        fs.close()
