@@ -384,7 +384,7 @@ def watch(
 
 @app.command()
 def cleanup() -> None:
-    """Remove every worker process and cgroup any testbed run left behind (e.g. after kill -9)."""
+    """Remove every worker process, cgroup and container any testbed run left behind (e.g. after kill -9)."""
     from testbed.janitor import cleanup_all
 
     report = cleanup_all()

@@ -64,6 +64,8 @@ RESIDENT = ["/usr/bin/sleep", "infinity"]
 #: Tasks a node may hold: its workers' threads count (Ray-free Python workers use a few each).
 PIDS_LIMIT = 1024
 API_TIMEOUT_S = 30
+#: The janitor's patience with a daemon that does not answer: it must not hold up every run's cleanup.
+JANITOR_TIMEOUT_S = 5
 START_HINT = (
     "start it as root with `dockerd --iptables=false --ip6tables=false --bridge=none &` "
     "(Debian: apt-get install docker.io), or use envelope: cgroup"
@@ -72,7 +74,7 @@ _IMAGE_DIRS = ("usr", "lib", "lib64", "bin", "proc", "sys", "dev", "tmp", "etc")
 _HOST_RO = ("/usr", "/lib", "/lib64")
 
 
-def client():
+def client(timeout: float = API_TIMEOUT_S):
     """A client of the local daemon, pinged; EnvelopeUnavailable with one line when it is absent or down."""
     try:
         import docker
@@ -81,7 +83,7 @@ def client():
             f"envelope docker: the Docker SDK is not installed ({e}): pip install docker"
         ) from None
     try:
-        c = docker.from_env(timeout=API_TIMEOUT_S)
+        c = docker.from_env(timeout=timeout)
         c.ping()
     except Exception as e:  # noqa: BLE001 - every way of not reaching the daemon is the same one line
         where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
@@ -352,7 +354,7 @@ def remove_containers(run_id: str | None, client_=None, name: str | None = None)
     report: dict[str, list[str]] = {"removed": [], "errors": []}
     own = client_ is None
     try:
-        c = client_ if client_ is not None else client()
+        c = client_ if client_ is not None else client(JANITOR_TIMEOUT_S)
     except EnvelopeUnavailable as e:
         if leftover_run_ids(run_id):
             report["errors"].append(f"containers of run {run_id or '*'} may be left: {e}")
