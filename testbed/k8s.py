@@ -25,11 +25,17 @@ that runs a scenario at TDF 1 (a real CPU per emulated CPU) can afford.
 pod, and the node's envelope writes its subtree there (``envelope: pod``); privileged also grants SYS_NICE,
 which negative nice values need. No capability list can make the cgroup mount writable.
 
-**Not done here**: the runner starts its own Ray (``ray.init(address="local")``, testbed/cluster.py), so
-on KubeRay the agents would all start beside the driver on the head pod. Placing one agent on each worker
-pod needs cluster.py to join the RayJob's cluster and to ask for the ``testbed_node`` resource that the
-worker pods declare here (``rayStartParams.resources``); the manifests are validated (tests/unit/test_k8s.py)
-but were never applied to a cluster: none can run on the machine this was written on.
+**Not done here** (so a rendered folder is not yet a distributed run):
+
+1. the runner starts its own Ray (``ray.init(address="local")``, testbed/cluster.py), so on KubeRay all
+   agents would start beside the driver on the head pod; cluster.py must join the RayJob's cluster when
+   it runs in one and give each agent host the ``testbed_node`` resource that the worker pods declare
+   here (``rayStartParams.resources``), with ``nodes_per_process: 1`` (which the render sets);
+2. agents write their event logs under the run folder, which the driver merges: across pods that folder
+   must be shared (a ReadWriteMany volume in place of the ``results`` emptyDir) or the logs sent back.
+
+The manifests are validated (tests/unit/test_k8s.py) but were never applied to a cluster: none can run on
+the machine this was written on.
 """
 
 from __future__ import annotations
