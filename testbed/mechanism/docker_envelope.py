@@ -43,6 +43,7 @@ from typing import Any
 from testbed.mechanism.envelope import (
     DESTROY_TIMEOUT_S,
     FREEZE_TIMEOUT_S,
+    SHARES_V1,
     Envelope,
     EnvelopeUnavailable,
     _read,
@@ -228,6 +229,12 @@ class DockerEnvelope(Envelope):
                     f"{sorted(need - have)} (dockerd must use cgroup v1 and the cgroupfs driver); "
                     "use envelope: cgroup"
                 )
+            # The cgroup envelope's weight for testbed-docker/ and testbed-docker/<run_id> (Docker made them
+            # with the default 1024): a quota is a ceiling, and beside other busy processes nodes at the
+            # default weight got 3-35 % of their rate (the envelope module's docstring has the figures).
+            run_dir = os.path.dirname(self._dir("cpu"))
+            for d in (os.path.dirname(run_dir), run_dir):
+                _write(os.path.join(d, "cpu.shares"), str(SHARES_V1))
             got = int(_read(os.path.join(self._dir("cpu"), "cpu.cfs_quota_us")))
             if got != self.quota_us:
                 raise RuntimeError(f"{self.container_name}: cpu.cfs_quota_us is {got}, not {self.quota_us}")

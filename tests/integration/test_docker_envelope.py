@@ -15,6 +15,7 @@ import pytest
 
 from testbed.janitor import cleanup_run
 from testbed.mechanism import docker_envelope as de
+from testbed.mechanism import envelope as envmod
 from testbed.mechanism.envelope import EnvelopeUnavailable, make_envelope
 from testbed.mechanism.process import spawn
 
@@ -112,6 +113,11 @@ def test_container_carries_the_limits_labels_and_modes(envelopes, run_id):
     # What the kernel enforces, not only what Docker recorded.
     assert (cg("cpu", "cpu.cfs_period_us"), cg("cpu", "cpu.cfs_quota_us")) == ("20000", "5000")
     assert cg("pids", "pids.max") == str(de.PIDS_LIMIT)
+    # The cgroup envelope's CPU weight on the run's parents, so that busy neighbours do not starve nodes.
+    run_dir = os.path.dirname(e._dir("cpu"))
+    for d in (run_dir, os.path.dirname(run_dir)):
+        with open(os.path.join(d, "cpu.shares")) as fh:
+            assert int(fh.read()) == envmod.SHARES_V1
     assert cg("memory", "memory.limit_in_bytes") == str(300 * 2**20)
     assert e.configured_rate() == 0.25 and e.pids() == []  # the resident is not one of the node's
 
