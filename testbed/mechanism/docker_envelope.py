@@ -230,8 +230,8 @@ class DockerEnvelope(Envelope):
                     "use envelope: cgroup"
                 )
             # The cgroup envelope's weight for testbed-docker/ and testbed-docker/<run_id> (Docker made them
-            # with the default 1024): a quota is a ceiling, and beside other busy processes nodes at the
-            # default weight got 3-35 % of their rate (the envelope module's docstring has the figures).
+            # with the default 1024), for the cgroup envelope's reason: a quota is a ceiling, and beside busy
+            # processes nodes at the default weight get far less than their rate (envelope.py's docstring).
             run_dir = os.path.dirname(self._dir("cpu"))
             for d in (os.path.dirname(run_dir), run_dir):
                 _write(os.path.join(d, "cpu.shares"), str(SHARES_V1))
