@@ -1,4 +1,5 @@
-"""tbcomm, the testbed's own messaging: the worker side (DESIGN.md, decision 4; NIC side: testbed/nic.py).
+"""tbcomm, the testbed's own messaging: the worker side (docs/architecture.md, "Messages"; NIC side:
+testbed/nic.py).
 
 A message goes sender -> NIC of the receiver's node -> receiver. The receiver asks its own NIC for each
 message (RECV), so the NIC sees arrivals, waiting receivers and unconsumed messages. Wait modes, per recv:

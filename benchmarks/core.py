@@ -5,9 +5,9 @@ latency, start-up time and memory per emulated node (16 nodes).
 
 Every run brings up a local Ray instance with 16 NodeAgents, runs a few compute-bound size-16 jobs of the
 synthetic app and tears everything down; figures are read from the run's ``events.jsonl`` and
-``summary.json`` (DESIGN.md, decision 6). Times are emulated unless marked real. Every run-based figure
-is taken over ``--reps`` runs (default 3). The last line printed is one JSON object with the figures; a
-figure that could not be measured is an ``"error: ..."`` string there, never a guess.
+``summary.json`` (docs/architecture.md, "The event log is the truth"). Times are emulated unless marked real.
+Every run-based figure is taken over ``--reps`` runs (default 3). The last line printed is one JSON object
+with the figures; a figure that could not be measured is an ``"error: ..."`` string there, never a guess.
 
 * gang_skew_p99_ms: per gang slot, latest minus earliest node's switch *effect* (CLOCK_MONOTONIC after
   the node's last kill() of the switch), p99 over every slot of a steady gang run (mpl 2, 100 ms quanta,

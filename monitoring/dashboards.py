@@ -1,4 +1,5 @@
-"""Every Grafana dashboard of the testbed, generated from this one source (DESIGN.md, decision 8).
+"""Every Grafana dashboard of the testbed, generated from this one source (docs/architecture.md, "Real
+parts").
 
 ``python -m testbed.monitoring.dashboards`` (or ``testbed dashboards generate``) writes them to
 ``monitoring/dashboards/*.json``; the committed files must equal what this produces (a test checks it).

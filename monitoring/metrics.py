@@ -1,5 +1,5 @@
-"""The testbed's Prometheus metrics (DESIGN.md, decisions 6 and 8): for watching a run live, not for results
-(results come from the event log).
+"""The testbed's Prometheus metrics (docs/architecture.md, "The event log is the truth", "Real parts"): for
+watching a run live, not for results (results come from the event log).
 
 Two small classes, each owning a ``CollectorRegistry``: :class:`NodeMetrics` (one per node agent
 process) and :class:`CoordinatorMetrics` (the coordinator). Both are updated by their owner's loop thread

@@ -1,1 +1,2 @@
-"""Scheduling policies: pure, deterministic, behind the interface in :mod:`.base` (DESIGN.md, decision 1)."""
+"""Scheduling policies: pure, deterministic, behind the interface in :mod:`.base` (docs/architecture.md,
+"Policy and mechanism")."""

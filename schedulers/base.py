@@ -1,4 +1,4 @@
-"""The policy interface: events in, decisions out (DESIGN.md, decision 1).
+"""The policy interface: events in, decisions out (docs/architecture.md, "Policy and mechanism").
 
 Policies here are pure and deterministic. They never sleep, do I/O, read the wall clock or talk to Ray:
 time arrives as the ``now`` argument (emulated seconds), randomness comes from the ``seed`` they are given.
@@ -76,9 +76,10 @@ class Start:
 class Dispatch:
     """From emulated time ``at`` on, node n may run only the jobs in ``allowed[n]``.
 
-    Sent ahead of ``at`` so every node switches on its own timer (DESIGN.md, decision 5). Nodes absent
-    from ``allowed`` keep what they had. ``slot`` identifies the matrix row (for skew statistics).
-    ``rows`` are the matrix rows that share this quantum (two when paired gang pairs them).
+    Sent ahead of ``at`` so every node switches on its own timer (docs/architecture.md, "Gang switches
+    scheduled ahead"). Nodes absent from ``allowed`` keep what they had. ``slot`` identifies the matrix row
+    (for skew statistics). ``rows`` are the matrix rows that share this quantum (two when paired gang pairs
+    them).
     """
 
     at: float

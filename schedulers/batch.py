@@ -1,5 +1,6 @@
 """Batch: PBS-like first-come first-served space sharing, one job per node (MPL 1), with optional EASY
-backfilling (ALGORITHMS.md §6). Allocation is PACKING (lowest contiguous block) or NO PACKING (random).
+backfilling (docs/policies.md, "Batch, allocation and energy"). Allocation is PACKING (lowest contiguous
+block) or NO PACKING (random).
 
 Memory-aware allocation (:class:`~testbed.schedulers.placement.NodeMemory`, paper 003 §5.3) is shared by
 every placing scheduler. Under batch a free node holds no other process, so all its memory is free: the

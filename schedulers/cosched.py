@@ -1,5 +1,5 @@
-"""The communication-driven coscheduling family (ALGORITHMS.md §1; paper 003 §2.3-4 and table 1; paper 000
-§2.1): spin-only, DCS, SB, SY, PB, PB-SB, CC and HYBRID.
+"""The communication-driven coscheduling family (docs/policies.md, "Coscheduling mechanisms"; paper 003 §2.3-4
+and table 1; paper 000 §2.1): spin-only, DCS, SB, SY, PB, PB-SB, CC and HYBRID.
 
 Each scheme is two things: how a process waits for a message (the ``wait_mode`` a :class:`Scheduler` here
 declares, which the runner forces on its jobs) and what the node does about message events (the local

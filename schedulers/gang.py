@@ -1,12 +1,12 @@
-"""Gang scheduling with a strict Ousterhout matrix (ALGORITHMS.md §2).
+"""Gang scheduling with a strict Ousterhout matrix (docs/policies.md, "Gang scheduling").
 
 ``mpl`` rows (time slots) x ``nodes`` columns. A job of size s holds s cells of one row and is started as
 soon as it is placed; its processes run only while a Dispatch allows its job. Every quantum the global
-policy plans the next non-empty row, a lead time ahead, so each node switches on its own timer (DESIGN.md,
-decision 5). With alternate scheduling, idle columns of the chosen row also run jobs of other rows whose
-columns are all free in it. Memory-aware allocation (:class:`~testbed.schedulers.placement.NodeMemory`): every
-process placed on a node holds its memory there, running or stopped, so a job goes only on columns whose
-node has room for it.
+policy plans the next non-empty row, a lead time ahead, so each node switches on its own timer
+(docs/architecture.md, "Gang switches scheduled ahead"). With alternate scheduling, idle columns of the chosen
+row also run jobs of other rows whose columns are all free in it. Memory-aware allocation
+(:class:`~testbed.schedulers.placement.NodeMemory`): every process placed on a node holds its memory there,
+running or stopped, so a job goes only on columns whose node has room for it.
 """
 
 from __future__ import annotations

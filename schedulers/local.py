@@ -1,7 +1,8 @@
-"""Native local scheduling (NLS): every process may run and each node's OS shares its CPU (ALGORITHMS.md
-§1, §6). The only global decision is where a job goes and whether a node already holds ``mpl``
-processes, and (memory-aware allocation, :class:`~testbed.schedulers.placement.NodeMemory`) whether the
-job's processes fit in the free memory of the nodes."""
+"""Native local scheduling (NLS): every process may run and each node's OS shares its CPU (docs/policies.md,
+"Coscheduling mechanisms" and "Batch, allocation and energy"). The only global decision is where a job goes
+and whether a node already holds ``mpl`` processes, and (memory-aware allocation,
+:class:`~testbed.schedulers.placement.NodeMemory`) whether the job's processes fit in the free memory of the
+nodes."""
 
 from __future__ import annotations
 

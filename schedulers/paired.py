@@ -1,4 +1,4 @@
-"""Paired gang scheduling (paper 002 §2-3; ALGORITHMS.md §3).
+"""Paired gang scheduling (paper 002 §2-3; docs/policies.md, "Paired gang").
 
 A gang matrix (:class:`~testbed.schedulers.gang.GangGlobal`: ``mpl`` rows x ``nodes`` columns, round robin,
 alternate scheduling, memory-aware placement) whose slots may be *paired*: the slot whose turn it is runs

@@ -1,4 +1,4 @@
-"""The node agent: one emulated node (DESIGN.md, decision 2).
+"""The node agent: one emulated node (docs/architecture.md, "The emulated node").
 
 It owns the node's worker processes (spawned from its loop thread, so they die with it), applies the local
 policy through the mechanism (stop/continue, nice), samples per-process CPU time from the kernel, switches
@@ -29,8 +29,9 @@ from testbed.mechanism.envelope import make_envelope
 from testbed.mechanism.forkserver import ForkServer
 from testbed.mechanism.priority import raise_process_nice, raise_thread_priority
 from testbed.mechanism.process import BaseWorker
-from testbed.messages import NodeError, ProcExit, QuantumUsage, SlotSwitches
+from testbed.messages import NodeError, ProcExit, QuantumUsage
 from testbed.nic import Nic
+from testbed.observe import Observer
 from testbed.schedulers import registry
 from testbed.schedulers.base import (
     LocalDecision,
@@ -125,7 +126,7 @@ class NodeAgent:
         self._wakeup = None
         self._sampler = None
         self._control0: tuple[float, float] | None = None
-        self._init_metrics()
+        self._init_observers()
         # One long-lived thread spawns every worker: PR_SET_PDEATHSIG fires when the forking *thread* dies.
         # It is not the loop thread: Popen waits until the child has exec'd, and the child joins the node's
         # throttled cgroup before exec, so a spawn can take a whole CFS period; the timers must not wait.
@@ -206,7 +207,7 @@ class NodeAgent:
             self.notify = notify
             self._control0 = (time.process_time(), time.monotonic())
             self._schedule_sample()
-            self._schedule_metrics()
+            self._start_observers()
 
         self.lt.call(_set)
 
@@ -246,8 +247,6 @@ class NodeAgent:
 
     def record_probe(self, result: dict) -> None:
         self.events.emit(ev.RATE_PROBE, t=0.0, **result)
-        if self.metrics is not None:
-            self.metrics.rate_error.set(result["error"])
 
     def start_proc(
         self,
@@ -263,7 +262,6 @@ class NodeAgent:
         here of an earlier start of the job's rank is killed first. Refused while the node is down."""
         if self.down is not None:
             raise NodeDownError(f"node {self.node} is down ({self.down})")
-        self._job_class[job_id] = job_class
         # Built here, not on the loop thread: it reads only what is fixed for the run, and a rank's start
         # waits for every hop between threads.
         env = self._env(env)
@@ -276,7 +274,9 @@ class NodeAgent:
             worker.kill()
             worker.close()
             raise RuntimeError(f"node {self.node} is shutting down")
-        return self.lt.call(self._register, Proc(job_id, rank), worker, f"{base}.err", attempt, timeout=30)
+        return self.lt.call(
+            self._register, Proc(job_id, rank), worker, f"{base}.err", attempt, job_class, timeout=30
+        )
 
     def dispatch(self, at: float, slot: int, allowed: list[str]) -> None:
         received = time.monotonic()
@@ -326,10 +326,8 @@ class NodeAgent:
             self.forkserver.close()
             self.envelope.destroy()  # also kills anything a late spawn left inside
             self.events.close()
-            if self._metrics_server is not None:
-                from testbed.monitoring.metrics import stop
-
-                stop(self._metrics_server)
+            for o in self.observers:
+                o.close()
         return {"node": self.node, "killed": killed}
 
     # ----------------------------------------------------------------------------------------------------
@@ -346,11 +344,6 @@ class NodeAgent:
 
     def on_progress(self, proc: Proc, unit: str, value: float) -> None:
         self.events.emit(ev.PROGRESS, node=self.node, job=proc.job_id, rank=proc.rank, unit=unit, value=value)
-        if self.metrics is not None:  # value is cumulative per process; the counter takes increments
-            key = (self._job_class.get(proc.job_id), unit)
-            last = self._progress_last.get((proc, unit), 0.0)
-            self._progress_last[(proc, unit)] = value
-            self._progress[key] = self._progress.get(key, 0.0) + max(0.0, value - last)
 
     def on_disconnect(self, proc: Proc) -> None:
         pass  # the pidfd tells when the process is really gone
@@ -374,7 +367,9 @@ class NodeAgent:
         env.update(extra)
         return env
 
-    def _register(self, proc: Proc, worker: BaseWorker, log: str, attempt: int = 1) -> int:
+    def _register(
+        self, proc: Proc, worker: BaseWorker, log: str, attempt: int = 1, job_class: str | None = None
+    ) -> int:
         if proc in self.procs:  # an earlier start of this rank, not killed yet: this one replaces it
             self._on_exit(proc, killed=f"replaced by start {attempt} of its job")
         now = self.clock.now()
@@ -384,8 +379,9 @@ class NodeAgent:
         self.procs[proc] = st
         self.lt.loop.add_reader(worker.exit_fd, self._on_exit, proc)
         self.events.emit(
-            ev.PROC_STARTED, t=now, node=self.node, job=proc.job_id, rank=proc.rank, pid=worker.pid
-        )
+            ev.PROC_STARTED, t=now, node=self.node, job=proc.job_id, rank=proc.rank, pid=worker.pid,
+            **({"job_class": job_class} if job_class is not None else {}),
+        )  # fmt: skip
         self._apply(self._decide(now, ProcAdded(proc)))
         return worker.pid
 
@@ -413,7 +409,7 @@ class NodeAgent:
                 reason = f"killed by signal {-code}; last output: {reason}"
         if not self.closed:  # at shutdown the envelope's destroy kills everything left in it
             try:
-                self.spawner.submit(self._kill_leftovers, proc)
+                self.spawner.submit(self._kill_leftovers, proc, st.worker.pid)
             except RuntimeError:
                 pass  # the spawner is shutting down: the same
         rec = {"job": proc.job_id, "rank": proc.rank, "node": self.node, "code": code, "cpu_s": cpu,
@@ -421,23 +417,23 @@ class NodeAgent:
         self.events.emit(ev.PROC_EXITED, t=now, **rec)
         self.exits.append(rec)
         self._apply(self._decide(now, ProcExited(proc)))
-        for key in [k for k in self._progress_last if k[0] == proc]:
-            del self._progress_last[key]
         if not any(p.job_id == proc.job_id for p in self.procs):
             self.nic.drop_job(proc.job_id)  # frees messages nobody will consume
         if self.notify is not None:
             self.notify(ProcExit(**rec))
 
-    def _kill_leftovers(self, proc: Proc) -> None:
-        """Kills what a worker left behind on this node (children it forked, which outlive it as orphans
-        and would go on using the node's CPU for the rest of the run). Runs on the spawner thread: finding
-        them reads /proc, which the loop's timers must not wait for."""
-        from testbed.janitor import RUN_ID_ENV, processes_with
+    def _kill_leftovers(self, proc: Proc, pid: int) -> None:
+        """Kills what worker ``pid`` left behind on this node (children it forked, which outlive it as
+        orphans and would go on using the node's CPU for the rest of the run): its session's members (a
+        forked worker leads its own session) and, for a worker started by exec, the processes that carry
+        its environment. Runs on the spawner thread: finding them reads /proc, which the loop's timers must
+        not wait for."""
+        from testbed.janitor import RUN_ID_ENV, processes_with, session_members
 
         mark = {RUN_ID_ENV: self.cfg.run_id, "TB_NODE": str(self.node), "TB_JOB": proc.job_id,
                 "TB_RANK": str(proc.rank)}  # fmt: skip
         candidates = self.envelope.pids() if self.envelope.fixes_rate else None
-        left = processes_with(mark, candidates)
+        left = sorted(set(processes_with(mark, candidates)) | set(session_members(pid, candidates)))
         for pid in left:
             for sig in (signal.SIGKILL, signal.SIGCONT):
                 try:
@@ -465,7 +461,9 @@ class NodeAgent:
             for st in cont:
                 st.worker.cont()
                 st.running = True
-            self._dispatches += len(cont)
+            if cont:
+                for o in self.observers:
+                    o.continued(len(cont))
             if stop or cont:
                 # SIGCONT makes a task runnable inside kill(); once SIGSTOP's kill() has returned the target
                 # runs no more user-space instructions. So the switch took effect here.
@@ -506,8 +504,6 @@ class NodeAgent:
             late_ms=(e_emu - at) * 1000.0,
             notice_ms=(at - self.clock.emu_at(received)) * 1000.0,
         )
-        if self.metrics is not None:
-            self._switch_batch.append((slot, e_emu))  # sent to the coordinator (skew) by the metrics tick
 
     def _quantum_sample(self, now: float) -> None:
         """Per-process CPU of the quantum that ends here, from the kernel. Only processes that were
@@ -566,51 +562,65 @@ class NodeAgent:
         if not keep_timers:
             if self._sampler is not None:
                 self._sampler.cancel()
-            if self._metrics_timer is not None:
-                self._metrics_timer.cancel()
+            for h in self._observer_timers:
+                h.cancel()
         procs = list(self.procs)
         for p in procs:
             self._on_exit(p, killed=reason)
         return len(procs)
 
     # ----------------------------------------------------------------------------------------------------
-    # Metrics (monitoring/metrics.py): buffered by the loop, pushed into the registry once per interval
+    # Observers (testbed/observe.py): the node's Prometheus metrics when the scenario monitors the run
 
-    def _init_metrics(self) -> None:
-        self.metrics = None
+    def _init_observers(self) -> None:
+        self.observers: list[Observer] = []
         self.metrics_address: str | None = None
-        self._metrics_server = None
-        self._metrics_timer = None
-        self._decisions: list[float] = []
-        self._dispatches = 0
-        self._switch_batch: list[tuple[int, float]] = []
-        self._job_class: dict[str, str | None] = {}
-        self._progress: dict[tuple[str | None, str], float] = {}
-        self._progress_last: dict[tuple[Proc, str], float] = {}
+        self._observer_timers: list = []
         mon = self.cfg.monitoring
-        if not mon:
-            return
-        from testbed.monitoring.metrics import NodeMetrics, serve
+        if mon:
+            from testbed.monitoring.observers import NodeMetricsObserver
 
-        self.metrics = NodeMetrics(
-            self.node,
-            self.cfg.scheduler,
-            mon.get("idle_watts", 0.0),
-            mon.get("busy_watts", 0.0),
-            self.cfg.tdf,
-            mon.get("job_classes", ()),
-        )
-        self._metrics_server, self.metrics_address = serve(
-            self.metrics.registry, mon.get("host", "127.0.0.1"), mon.get("port")
-        )
+            obs = NodeMetricsObserver(
+                self.node, self.cfg.scheduler, self.cfg.tdf, self.cfg.cpu_rate, self.cfg.cores, mon,
+                sample=self._observed_state, send=lambda msg: self.notify and self.notify(msg),
+            )  # fmt: skip
+            self.metrics_address = obs.address
+            self.observers.append(obs)
+        for o in self.observers:
+            self.events.subscribe(o.event)
+
+    def _observed_state(self) -> tuple[float, int, int, int]:
+        """(envelope CPU seconds, processes running, stopped, blocked: continued but waiting for a
+        message)."""
+        running = sum(st.running for st in self.procs.values())
+        blocked = min(running, self.nic.stats()["waiting"])
+        return self.envelope.cpu_usage_s(), running - blocked, len(self.procs) - running, blocked
+
+    def _start_observers(self) -> None:
+        for h in self._observer_timers:
+            h.cancel()
+        self._observer_timers = []
+        for i, o in enumerate(self.observers):
+            o.begin()
+            if o.period_s:
+
+                def tick(o=o, i=i):
+                    try:
+                        o.tick()
+                    finally:
+                        self._observer_timers[i] = self.lt.loop.call_later(o.period_s, tick)
+
+                self._observer_timers.append(self.lt.loop.call_later(o.period_s, tick))
 
     def _decide(self, now: float, event) -> LocalDecision:
         try:
-            if self.metrics is None:
+            if not self.observers:
                 return self.policy.on_event(now, event)
             t = time.perf_counter()
             decision = self.policy.on_event(now, event)
-            self._decisions.append(time.perf_counter() - t)
+            dt = time.perf_counter() - t
+            for o in self.observers:
+                o.decided(dt)
             return decision
         except Exception as exc:
             # Some callers run inside lt.call (the exception goes back to the caller, not to the loop's
@@ -640,47 +650,6 @@ class NodeAgent:
         self.events.emit(ev.RUN_ERROR, node=self.node, error=error, traceback=tb)
         if self.notify is not None:
             self.notify(NodeError(self.node, error, tb))
-
-    def _schedule_metrics(self) -> None:
-        if self.metrics is None:
-            return
-        if self._metrics_timer is not None:
-            self._metrics_timer.cancel()
-        period = float(self.cfg.monitoring.get("scrape_interval_s", 1.0))
-        self._metrics_last = (time.monotonic(), self.envelope.cpu_usage_s())
-
-        def tick():
-            try:
-                self._metrics_tick()
-            finally:
-                self._metrics_timer = self.lt.loop.call_later(period, tick)
-
-        self._metrics_timer = self.lt.loop.call_later(period, tick)
-
-    def _metrics_tick(self) -> None:
-        from testbed.monitoring.metrics import utilization
-
-        m = self.metrics
-        t_real, cpu = time.monotonic(), self.envelope.cpu_usage_s()
-        t0, cpu0 = self._metrics_last
-        self._metrics_last = (t_real, cpu)
-        dt_emu = (t_real - t0) / self.cfg.tdf
-        m.sample(utilization(cpu - cpu0, dt_emu, self.cfg.cpu_rate, self.cfg.cores), dt_emu)
-        running = sum(st.running for st in self.procs.values())
-        blocked = min(running, self.nic.stats()["waiting"])
-        m.set_processes(running - blocked, len(self.procs) - running, blocked)
-        if self._dispatches:
-            m.dispatches.inc(self._dispatches)
-            self._dispatches = 0
-        for (jc, unit), amount in self._progress.items():
-            m.add_progress(jc, unit, amount)
-        self._progress.clear()
-        m.observe_decisions(self._decisions)
-        self._decisions.clear()
-        if self._switch_batch:
-            batch, self._switch_batch = self._switch_batch, []
-            if self.notify is not None:
-                self.notify(SlotSwitches(self.node, tuple(batch)))
 
     def _stats(self) -> dict:
         return {

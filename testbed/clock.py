@@ -1,4 +1,4 @@
-"""One clock: emulated time, time-dilated from the host's CLOCK_MONOTONIC (DESIGN.md, decision 3).
+"""One clock: emulated time, time-dilated from the host's CLOCK_MONOTONIC (docs/architecture.md, "One clock").
 
 real seconds = emulated seconds x TDF. Every process on one host reads the same CLOCK_MONOTONIC, so a
 clock built from the same ``t0`` agrees across the driver, the actors and the workers.

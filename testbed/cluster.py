@@ -3,7 +3,7 @@
 
 Bring-up, the CPU-rate probe, the run, and a teardown that every
 exit path goes through. A detached janitor process watches this driver: if the driver is killed
-outright, the janitor removes every worker and cgroup of the run (DESIGN.md, Faults).
+outright, the janitor removes every worker and cgroup of the run (docs/architecture.md, "Faults").
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from testbed.jobs import Job
 from testbed.loop import LoopThread
 from testbed.mechanism.priority import raise_process_nice, raise_thread_priority
 from testbed.messages import NodeError, ProcExit, QuantumUsage, SlotSwitches
+from testbed.observe import Observer
 from testbed.schedulers import registry
 from testbed.schedulers.base import Dispatch
 
@@ -82,10 +83,10 @@ class Coordinator:
         self._tick_handle = None
         self._stops: list[cf.Future] = []
         self._control0: tuple[float, float] | None = None
-        self._init_metrics(monitoring, jobs)
+        self._dead: set[int] = set()
+        self._suspects: dict[str, tuple[int, str]] = {}  # job -> (its start, a secondary failure reason)
         self.core = DecisionCore(jobs, self.policy, scheduler, nodes, self, self._emit, on_node_down)
-        if self.metrics is not None:
-            self.core.on_decision = self._decisions.append
+        self._init_observers(monitoring, jobs)
         sys.setswitchinterval(0.0005)  # the planning timer must get the GIL promptly (see agent.py)
         raise_process_nice()
         self.lt = LoopThread("coordinator", on_start=raise_thread_priority)
@@ -104,8 +105,8 @@ class Coordinator:
         """A node's report (testbed/messages.py), from any thread."""
         if isinstance(msg, ProcExit):
             self.lt.loop.call_soon_threadsafe(self._proc_exited, msg)
-        elif isinstance(msg, SlotSwitches) and self.metrics is not None:
-            self.lt.loop.call_soon_threadsafe(self._switches, msg)
+        elif isinstance(msg, SlotSwitches):
+            self.lt.loop.call_soon_threadsafe(self._reported, msg)
         elif isinstance(msg, QuantumUsage):
             self.lt.loop.call_soon_threadsafe(self._utilization, msg)
         elif isinstance(msg, NodeError):  # a node's policy or agent raised: the run cannot go on as planned
@@ -131,10 +132,8 @@ class Coordinator:
         finally:
             self.lt.stop()
             self.events.close()
-            if self._metrics_server is not None:
-                from testbed.monitoring.metrics import stop
-
-                stop(self._metrics_server)
+            for o in self.observers:
+                o.close()
         return {"ended": reason}
 
     # ----------------------------------------------------------------------------------------------------
@@ -176,8 +175,10 @@ class Coordinator:
         if self.duration_s is not None:
             loop.call_at(self.clock.real_at(self.duration_s), self._end, ev.DURATION_REACHED)
         loop.call_later(HEALTH_PERIOD_REAL_S, self._health)
-        if self.metrics is not None:
-            loop.call_later(self._metrics_period, self._metrics_tick)
+        for o in self.observers:
+            o.begin()
+            if o.period_s:
+                loop.call_later(o.period_s, self._tick_observer, o)
 
     def _submit(self, job_id: str) -> None:
         self.core.submit(self._now(), job_id)
@@ -271,8 +272,6 @@ class Coordinator:
 
     def _emit(self, kind: str, t: float, **fields) -> None:
         self.events.emit(kind, t=t, **fields)
-        if self.metrics is not None:
-            self._observe(kind, fields)
 
     def policy_consulted(self) -> None:
         if self._tick_handle is not None:
@@ -300,8 +299,8 @@ class Coordinator:
         self._stops = [f for f in self._stops if not f.done()]
 
     def dispatch(self, d: Dispatch, nodes) -> None:
-        if self.metrics is not None:
-            self._skew.expect(d.slot, list(nodes), time.monotonic())
+        for o in self.observers:
+            o.dispatched(d.slot, list(nodes))
         for node in nodes:
             self._call(node, "dispatch", d.at, d.slot, sorted(d.allowed[node]))
 
@@ -326,56 +325,45 @@ class Coordinator:
             self._node_died(node, why)
 
     # ----------------------------------------------------------------------------------------------------
-    # Metrics (monitoring/metrics.py), fed from the events this coordinator writes
+    # Observers (testbed/observe.py): the coordinator's Prometheus metrics when the scenario monitors the run
 
-    def _init_metrics(self, mon: dict | None, jobs: Sequence[Job]) -> None:
-        self.metrics = None
-        self._metrics_server = None
+    def _init_observers(self, mon: dict | None, jobs: Sequence[Job]) -> None:
+        self.observers: list[Observer] = []
         self._metrics_address: str | None = None
-        self._decisions: list[float] = []
-        self._dead: set[int] = set()
-        self._suspects: dict[str, tuple[int, str]] = {}  # job -> (its start, a secondary failure reason)
-        self._classes: dict[str, str] = {j.job_id: j.spec.job_class for j in jobs}
-        if not mon:
-            return
-        from testbed.monitoring.metrics import CoordinatorMetrics, SwitchSkew, serve
+        if mon:
+            from testbed.monitoring.observers import CoordinatorMetricsObserver
 
-        classes = set(self._classes.values()) | set(mon.get("job_classes", ()))
-        self.metrics = CoordinatorMetrics(self.sched_name, self.tdf, classes)
-        self._skew = SwitchSkew()
-        self._metrics_period = float(mon.get("scrape_interval_s", 1.0))
-        # A slot some node never reported (it died, or its batch was lost) is closed after this long.
-        self._skew_timeout = max(5.0, 3 * self._metrics_period)
-        self._metrics_server, self._metrics_address = serve(
-            self.metrics.registry, mon.get("host", "127.0.0.1"), mon.get("port")
-        )
+            obs = CoordinatorMetricsObserver(
+                self.sched_name, self.tdf, {j.job_id: j.spec.job_class for j in jobs}, mon,
+                job_counts=self._job_counts, down=lambda: self.core.down,
+            )  # fmt: skip
+            self._metrics_address = obs.address
+            self.observers.append(obs)
+        for o in self.observers:
+            self.events.subscribe(o.event)
+        if self.observers:
+            self.core.on_decision = self._decided
 
-    def _observe(self, kind: str, fields: dict) -> None:
-        if kind == ev.JOB_ADMITTED:
-            self.metrics.admission("admitted", self._classes.get(fields["job"]))
-        elif kind == ev.JOB_REJECTED:
-            self.metrics.admission("rejected", self._classes.get(fields["job"]))
+    def _decided(self, seconds: float) -> None:
+        for o in self.observers:
+            o.decided(seconds)
 
-    def _switches(self, msg: SlotSwitches) -> None:
-        for slot, effect in msg.switches:
-            spread = self._skew.report(msg.node, slot, effect)
-            if spread is not None:
-                self.metrics.skew.observe(spread)
+    def _reported(self, msg) -> None:
+        for o in self.observers:
+            o.reported(msg)
 
-    def _update_job_metrics(self) -> None:
+    def _tick_observer(self, o: Observer) -> None:
+        try:
+            o.tick()
+        finally:
+            self.lt.loop.call_later(o.period_s, self._tick_observer, o)
+
+    def _job_counts(self) -> dict[tuple[str, str], int]:
         counts: dict[tuple[str, str], int] = {}
         for rec in self.core.jobs.values():
             key = (rec.state, rec.job.spec.job_class)
             counts[key] = counts.get(key, 0) + 1
-        self.metrics.set_jobs(counts)
-
-    def _metrics_tick(self) -> None:
-        self._update_job_metrics()
-        self.metrics.observe_decisions(self._decisions)
-        self._decisions.clear()
-        for spread in self._skew.expire(time.monotonic(), self._skew_timeout, self.core.down):
-            self.metrics.skew.observe(spread)
-        self.lt.loop.call_later(self._metrics_period, self._metrics_tick)
+        return counts
 
     def _status(self) -> dict:
         counts = self.core.counts()

@@ -1,4 +1,5 @@
-"""The event log: every state change, with emulated and real timestamps (DESIGN.md, decision 6).
+"""The event log: every state change, with emulated and real timestamps (docs/architecture.md, "The event log
+is the truth").
 
 Each component (coordinator, each node) appends JSON lines to its own file under ``<run>/events/`` and
 flushes as it goes, so what was written before a crash stays readable; the runner merges them into
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -71,6 +72,7 @@ class EventWriter:
         self.clock = clock
         self._fh: IO[str] | None = None
         self.buffer: list[dict] = []  # kept when path is None (simulator, tests)
+        self._subscribers: list[Callable[[dict], Any]] = []
         if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             # Unbuffered: each event is on disk once emitted, so a crash loses at most the line in flight.
@@ -84,7 +86,13 @@ class EventWriter:
             self._fh.write(_line(ev))
         else:
             self.buffer.append(ev)
+        for fn in self._subscribers:
+            fn(ev)
         return ev
+
+    def subscribe(self, fn: Callable[[dict], Any]) -> None:
+        """``fn(record)`` for every event emitted from now on, after it is written (testbed/observe.py)."""
+        self._subscribers.append(fn)
 
     def close(self) -> None:
         if self._fh is not None:

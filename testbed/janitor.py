@@ -88,6 +88,25 @@ def processes_with(env: dict[str, str], candidates: list[int] | None = None) -> 
     return out
 
 
+def session_members(sid: int, candidates: list[int] | None = None) -> list[int]:
+    """The live processes (among ``candidates``, else all of /proc) in session ``sid``, its leader aside: a
+    forked worker leads its own session, so what it forked is found by it once the worker is gone (a
+    leader with that pid then is a newer process that reused the pid, not one of them)."""
+    pids = candidates if candidates is not None else [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    out = []
+    for pid in pids:
+        if pid == sid:
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != b"Z" and int(fields[3]) == sid:  # fields: state, ppid, pgrp, session
+            out.append(pid)
+    return out
+
+
 def _run_dirs(run_id: str) -> list[tuple[str, str]]:
     """(mount point, testbed/<run_id> dir) in every cgroup hierarchy where it exists."""
     return [

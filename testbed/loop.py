@@ -1,7 +1,8 @@
 """An asyncio loop for components that must act on time (node agents, the coordinator).
 
 asyncio's default selector (epoll) takes its timeout in whole milliseconds and rounds up, which makes a
-timer 0.5-1 ms late (MEASUREMENTS.md). ``select()`` takes microseconds; the fd counts here are small.
+timer 0.5-1 ms late (docs/measurements.md, "Timers in Python"). ``select()`` takes microseconds; the fd counts
+here are small.
 """
 
 from __future__ import annotations

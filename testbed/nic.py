@@ -1,10 +1,12 @@
-"""The emulated NIC of one node: the receiving end of every ``tbcomm`` message (DESIGN.md, decision 4).
+"""The emulated NIC of one node: the receiving end of every ``tbcomm`` message (docs/architecture.md,
+"Messages").
 
 A worker sends each message straight to the NIC of the destination rank's node; that NIC holds it until
 the receiver asks for it with a RECV frame, then hands it over. Because receiving is request/response, the
 NIC sees every arrival, every waiting (and blocked) receiver and every unconsumed message, which is what
 the coscheduling policies need (paper 003's NIC firmware). Skipping a sender-side relay halves the relay
-cost (MEASUREMENTS.md: each Python hop adds a few microseconds pinned, far more unpinned).
+cost (docs/measurements.md, "Messaging costs": each Python hop adds a few microseconds pinned, far more
+unpinned).
 
 Two delivery modes, fixed per NIC and told to each worker in its GO frame:
 

@@ -1,4 +1,5 @@
-"""Results computed from the event log only (DESIGN.md, decision 6): jobs.csv, summary.json, a table.
+"""Results computed from the event log only (docs/architecture.md, "The event log is the truth"): jobs.csv,
+summary.json, a table.
 
 jobs.csv uses Batsim's column names where they apply. Times are emulated seconds.
 """

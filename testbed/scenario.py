@@ -1,6 +1,6 @@
-"""Scenarios are data (DESIGN.md, decision 7): a YAML file validated here, with errors that name the field
-and the fix. ``--set a.b.c=value`` overrides are applied to the raw document before validation, so an
-override is checked exactly like the file."""
+"""Scenarios are data (docs/architecture.md, "Scenarios are data"): a YAML file validated here, with errors
+that name the field and the fix. ``--set a.b.c=value`` overrides are applied to the raw document before
+validation, so an override is checked exactly like the file."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Turns a scenario's workload section into jobs. Same seed, same jobs (DESIGN.md, decision 7)."""
+"""Turns a scenario's workload section into jobs. Same seed, same jobs (docs/architecture.md, "Scenarios are
+data")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Mechanism layer of a node agent: envelopes, worker processes, priority, accounting (DESIGN.md 2, 3)."""
+"""Mechanism layer of a node agent: envelopes, worker processes, priority, accounting (docs/architecture.md,
+"The emulated node", "One clock")."""
 
 from testbed.mechanism.envelope import (
     CgroupV1Envelope,

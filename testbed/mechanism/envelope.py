@@ -1,8 +1,8 @@
 """Resource envelopes: what gives an emulated node its CPU rate and lets it be frozen and torn down whole.
 
-DESIGN.md decision 3 needs a *quota*, not a share: a node must not run faster because its neighbours are
-idle. So a node's worker processes live in a cgroup whose CFS quota is ``cpu_rate * cores / tdf`` real
-cores. Layout (each hierarchy separately, because cpu and cpuacct may or may not be co-mounted)::
+docs/architecture.md, "The emulated node": it needs a *quota*, not a share: a node must not run faster because
+its neighbours are idle. So a node's worker processes live in a cgroup whose CFS quota is ``cpu_rate * cores /
+tdf`` real cores. Layout (each hierarchy separately, because cpu and cpuacct may or may not be co-mounted)::
 
     <mount of cpu>/testbed/<run_id>/node<k>       cpu.cfs_period_us (cluster.cfs_period_ms), cpu.cfs_quota_us
     <mount of cpuacct>/testbed/<run_id>/node<k>   cpuacct.usage (the node's delivered CPU)
@@ -423,7 +423,8 @@ class CgroupV1Envelope(Envelope):
         t0 = time.monotonic()
         _write(os.path.join(self.dirs["freezer"], "freezer.state"), "FROZEN")
         self.frozen = True
-        # FROZEN is reported only once every task has passed through the freezer (MEASUREMENTS.md).
+        # FROZEN is reported only once every task has passed through the freezer (docs/measurements.md, "The
+        # cgroup freezer").
         while self._freezer_state() != "FROZEN":
             if time.monotonic() - t0 > FREEZE_TIMEOUT_S:
                 raise RuntimeError(

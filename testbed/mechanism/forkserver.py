@@ -25,7 +25,8 @@ The child gets what ``process.spawn`` guarantees, before the first instruction o
 * ``TESTBED_RUN_ID`` in its environment (``os.environ``) and in ``/proc/<pid>/environ``, which a fork
   inherits from the server's own exec (the server is started with the run id): the janitor finds it;
 * stdin, stdout and stderr the files asked for, every other descriptor closed;
-* its own CPU clock: a forked process's CPU time starts at zero, and the fork's cost is the server's.
+* its own CPU clock: a forked process's CPU time starts at zero, and the fork's cost is the server's;
+* a session of its own (session id = its pid), which whatever it forks inherits.
 
 A step that fails writes ``fork server: child setup failed at <step>: <error>`` to the worker's stderr
 and exits 127 (the agent's one-line reason), as ``spawn`` raises naming the step.
@@ -537,6 +538,10 @@ def _pooled(p: _Pooled) -> tuple[dict, list[int]]:
             raise OSError(ctypes.get_errno(), "prctl failed")
         if os.getppid() != p.server_pid:
             os._exit(127)  # the server died before the prctl: nobody would reap or kill us
+        step = "setsid"
+        # A session of its own: what the worker forks inherits its session id, so the agent finds its
+        # leftovers by it (their /proc environ is the server's, not the worker's TB_JOB).
+        os.setsid()
         step = "sched_setscheduler(SCHED_OTHER), nice 0"
         if os.sched_getscheduler(0) != os.SCHED_OTHER:
             os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))

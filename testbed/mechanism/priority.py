@@ -1,12 +1,12 @@
 """Raising the priority of a thread that must act on time (a node agent's switch loop).
 
 On Linux both ``sched_setscheduler(0, ...)`` and ``setpriority(PRIO_PROCESS, tid, ...)`` act on one
-thread, not the process: call this from the thread that needs it. MEASUREMENTS.md: a 1 ms timer loop
-under load is 2 ms late at normal priority, 70 us at nice -19, 20 us at SCHED_FIFO. SCHED_FIFO is refused
-inside a child v1 cpu cgroup (no RT runtime there), so the controller must not sit in its workers'
+thread, not the process: call this from the thread that needs it. docs/measurements.md, "Timers in Python": a
+1 ms timer loop under load is 2 ms late at normal priority, 70 us at nice -19, 20 us at SCHED_FIFO. SCHED_FIFO
+is refused inside a child v1 cpu cgroup (no RT runtime there), so the controller must not sit in its workers'
 envelope; and children inherit the policy, which ``process.spawn`` resets in each worker. The kernel's RT
-throttling (/proc/sys/kernel/sched_rt_runtime_us, 95 % by default) keeps a runaway FIFO thread from
-locking a CPU forever.
+throttling (/proc/sys/kernel/sched_rt_runtime_us, 95 % by default) keeps a runaway FIFO thread from locking a
+CPU forever.
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ i.e. between fork and exec; kept to a handful of plain syscalls):
 * the parent is still alive (``getppid()`` is the pid that called spawn), else the child exits (127):
   closes the race where the parent died before the prctl took effect.
 * scheduling reset to SCHED_OTHER, nice 0: a controller running SCHED_FIFO or at negative nice would
-  otherwise hand that to its workers, which can then starve it (MEASUREMENTS.md). This must come before
-  joining the envelope: an RT task may not enter a v1 cpu cgroup that has no RT runtime.
+  otherwise hand that to its workers, which can then starve it (docs/measurements.md, "Priorities and
+  scheduling classes"). This must come before joining the envelope: an RT task may not enter a v1 cpu cgroup
+  that has no RT runtime.
 * signal mask emptied (a controller thread may block signals; the worker must not inherit that).
 * the envelope joined (``envelope.join_self()``), so no worker instruction runs outside its quota.
 * ``TESTBED_RUN_ID`` in its environment, so the janitor can find it (and its descendants) in /proc.
@@ -303,8 +304,9 @@ def spawn(
 # on a CPU (waiting for one, or asleep) runs no user-space instruction after that, and one that is running
 # on another CPU is interrupted by the reschedule IPI within microseconds and stops in the kernel. So the
 # instant after the last kill() returned is when the switch took effect; /proc shows 'T' only later, when
-# the task is next scheduled (MEASUREMENTS.md). kill(SIGCONT) wakes stopped tasks inside the call: they are
-# runnable when it returns. Signals go back to back, with nothing in between, to keep a gang's skew small.
+# the task is next scheduled (docs/measurements.md, "Stopping and continuing processes"). kill(SIGCONT) wakes
+# stopped tasks inside the call: they are runnable when it returns. Signals go back to back, with nothing in
+# between, to keep a gang's skew small.
 
 
 def stop_all(workers: Iterable[BaseWorker]) -> float:

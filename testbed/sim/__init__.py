@@ -1,4 +1,5 @@
-"""Discrete-event simulator driving the same policy objects as the emulator (DESIGN.md, decision 1)."""
+"""Discrete-event simulator driving the same policy objects as the emulator (docs/architecture.md, "Policy and
+mechanism")."""
 
 from .engine import Simulation, simulate
 

@@ -1,4 +1,4 @@
-"""Discrete-event simulator of the emulated cluster (DESIGN.md, decision 1).
+"""Discrete-event simulator of the emulated cluster (docs/architecture.md, "Policy and mechanism").
 
 It drives the very policy objects the emulator drives (one global policy, one local policy per node) and
 writes the same event log. Model:
@@ -393,23 +393,18 @@ class Simulation:
                 self._kill(p, reason)
 
     def _kill(self, p: _Process, reason: str) -> None:
+        self._touch(p.node)
+        self._ended(p, -9, f"killed: {reason}")
+        self._feed(p.node, ProcExited(p.proc))
+
+    def _ended(self, p: _Process, code: int, reason: str | None) -> None:
+        """Takes ``p`` off its node and logs its end."""
         node = p.node
-        self._touch(node)
         p.done = True
         p.allowed = False
         del node.procs[p.proc]
-        self._emit(
-            node.src,
-            ev.PROC_EXITED,
-            self.now,
-            job=p.proc.job_id,
-            rank=p.rank,
-            node=node.idx,
-            code=-9,
-            cpu_s=p.cpu_s,
-            reason=f"killed: {reason}",
-        )
-        self._feed(node, ProcExited(p.proc))
+        self._emit(node.src, ev.PROC_EXITED, self.now, job=p.proc.job_id, rank=p.rank, node=node.idx,
+                   code=code, cpu_s=p.cpu_s, reason=reason)  # fmt: skip
 
     def dispatch(self, d: Dispatch, nodes: Sequence[int]) -> None:
         spread = self.skew / max(1, len(self.nodes) - 1)
@@ -797,20 +792,7 @@ class Simulation:
 
     def _exit(self, p: _Process) -> None:
         node = p.node
-        p.done = True
-        p.allowed = False
-        del node.procs[p.proc]
-        self._emit(
-            node.src,
-            ev.PROC_EXITED,
-            self.now,
-            job=p.proc.job_id,
-            rank=p.rank,
-            node=node.idx,
-            code=0,
-            cpu_s=p.cpu_s,
-            reason=None,
-        )
+        self._ended(p, 0, None)
         node.queue.append(ProcExited(p.proc))
         self._pending_nodes[node.idx] = node
         self._exits.append(p)

@@ -221,14 +221,14 @@ def test_an_agent_that_cannot_start_is_one_line_not_rays_whole_error(tmp_path):
     constructor error in ActorDiedError with the traceback in its text (issue 12, Found 4)."""
     import ray
 
-    from testbed.actors import AgentActor
+    from testbed.actors import AgentHost
     from testbed.agent import NodeConfig
     from testbed.cluster import root_cause
 
     cfg = NodeConfig(run_id="test-rootcause", node=0, run_dir="relative/run", tdf=1.0, envelope="none")
     ray.init(address="local", include_dashboard=False, log_to_driver=False, namespace="test-rootcause")
     try:
-        agent = ray.remote(num_cpus=0)(AgentActor).remote(cfg.__dict__)
+        agent = ray.remote(num_cpus=0)(AgentHost).remote([cfg.__dict__])
         with pytest.raises(Exception) as ei:
             ray.get(agent.info.remote(), timeout=120)
     finally:

@@ -1,6 +1,6 @@
 """Every exit path leaves no worker process (running or stopped), no cgroup and none of Ray's processes
 behind; a crashed worker fails its job with the reason; an error in a policy ends the run with one line;
-results written before a crash stay readable and can be rebuilt (DESIGN.md, Faults; issue 12).
+results written before a crash stay readable and can be rebuilt (docs/architecture.md, "Faults"; issue 12).
 
 Each test runs once by default and 5 times with ``--soak`` (tests/conftest.py). Misbehaving policies and
 workers come from tests/e2e/plugins (conftest.plugin_env): a scheduler registered through the
@@ -403,7 +403,13 @@ def test_a_worker_that_forks_children_leaves_none_behind(scenario_file, tmp_path
     try:
         wait_for_event(out, lambda e: e["kind"] == ev.PROGRESS and e["job"] == "forker")
         ids = run_ids(out)
-        forker_procs = {pid for pid in run_marked_pids(ids) if b"TB_JOB=forker\0" in _environ(pid)}
+        ranks = {e["pid"] for e in _node_events(out) if e["kind"] == ev.PROC_STARTED and e["job"] == "forker"}
+        # A rank's children: its environment (a worker started by exec) or its session (a forked one).
+        forker_procs = {
+            pid
+            for pid in run_marked_pids(ids)
+            if b"TB_JOB=forker\0" in _environ(pid) or pid in ranks or _session(pid) in ranks
+        }
         assert len(forker_procs) >= 4, forker_procs  # 2 ranks + their children
         done = wait_for_event(out, lambda e: e["kind"] == ev.JOB_FINISHED and e["job"] == "forker")
         wait_for_event(out, lambda e: e["kind"] == ev.RUN_INFO and "leftovers_killed" in e, timeout=30)
@@ -427,6 +433,19 @@ def _environ(pid: int) -> bytes:
             return f.read() + b"\0"
     except OSError:
         return b""
+
+
+def _session(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[3])  # state, ppid, pgrp, session
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _node_events(out):
+    for path in sorted((out / "events").glob("node*.jsonl")):
+        yield from ev.read_jsonl(path)
 
 
 def _alive(pid: int) -> bool:

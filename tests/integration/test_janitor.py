@@ -120,6 +120,12 @@ def test_janitor_cleans_up_after_killed_parent(run_id, procs, tmp_path):
         os.kill(info["bystander"], signal.SIGKILL)
 
 
+def _catches(pid: int, sig: int) -> bool:
+    with open(f"/proc/{pid}/status") as f:
+        caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+    return bool(caught >> (sig - 1) & 1)
+
+
 def test_janitor_exits_and_cleans_on_sigterm(run_id, procs, monkeypatch):
     # Our own environment carries a mark here: the janitor must not inherit it.
     monkeypatch.setenv("TESTBED_RUN_ID", run_id)
@@ -129,8 +135,11 @@ def test_janitor_exits_and_cleans_on_sigterm(run_id, procs, monkeypatch):
     procs.append(jan)
     with open(f"/proc/{jan.pid}/environ", "rb") as f:
         assert b"TESTBED_RUN_ID=" not in f.read()
-    time.sleep(0.3)
-    assert jan.poll() is None
+    # Once it handles SIGTERM (its start-up takes a while on a loaded host: a fixed sleep was too short).
+    deadline = time.monotonic() + 30
+    while not _catches(jan.pid, signal.SIGTERM) and time.monotonic() < deadline:
+        assert jan.poll() is None
+        time.sleep(0.05)
     jan.send_signal(signal.SIGTERM)
     assert jan.wait(timeout=5) == 0
     assert stray.wait(timeout=2) == -signal.SIGKILL

@@ -173,7 +173,8 @@ def test_spawn_failure_names_the_step(run_id):
 
 
 def test_children_do_not_inherit_controller_priority(run_id):
-    """A worker spawned by a SCHED_FIFO thread runs SCHED_OTHER at nice 0 (MEASUREMENTS.md)."""
+    """A worker spawned by a SCHED_FIFO thread runs SCHED_OTHER at nice 0 (docs/measurements.md, "Priorities
+    and scheduling classes")."""
     result: dict = {}
 
     def controller() -> None:

@@ -1,5 +1,6 @@
-"""The coscheduling family (ALGORITHMS.md §1): registration, each policy's decisions on hand-made event
-sequences, the simulator's per-receive waits, and simulator runs showing the papers' qualitative claims."""
+"""The coscheduling family (docs/policies.md, "Coscheduling mechanisms"): registration, each policy's
+decisions on hand-made event sequences, the simulator's per-receive waits, and simulator runs showing the
+papers' qualitative claims."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Memory-aware allocation (paper 003 §5.3; ALGORITHMS.md §6): a job whose processes do not fit in the free
-memory of the nodes waits until memory frees; one bigger than a whole node is rejected; every placing
-scheduler (batch, local, gang, paired, the coscheduling family) honours it, in the policy and the sim."""
+"""Memory-aware allocation (paper 003 §5.3; docs/policies.md, "Batch, allocation and energy"): a job whose
+processes do not fit in the free memory of the nodes waits until memory frees; one bigger than a whole node is
+rejected; every placing scheduler (batch, local, gang, paired, the coscheduling family) honours it, in the
+policy and the sim."""
 
 from __future__ import annotations
 

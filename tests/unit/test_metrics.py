@@ -137,3 +137,46 @@ def test_scenario_monitoring_section():
         load(doc=doc, overrides=["monitoring.port=0"])
     with pytest.raises(ScenarioError, match="monitoring.interval: unknown field; did you mean 'scrape_"):
         load(doc=doc, overrides=["monitoring.interval=1"])
+
+
+def test_node_observer_turns_events_into_metrics(tmp_path):
+    """The node's metrics come from the events it logs and two hooks (testbed/observe.py): progress
+    counted in increments per rank (a rank started again counts from 0), the job's class from its start,
+    switch times sent on at the tick, continued processes and decision times."""
+    from prometheus_client.parser import text_string_to_metric_families
+    from testbed.monitoring.observers import NodeMetricsObserver
+
+    from testbed import events as ev
+    from testbed.messages import SlotSwitches
+
+    sent, state = [], [0.0, 1, 2, 0]
+    obs = NodeMetricsObserver(
+        3, "gang", 2.0, 1.0, 1, {"port": 0}, sample=lambda: tuple(state), send=sent.append
+    )
+    log = ev.EventWriter(tmp_path / "node.jsonl", "node3")
+    log.subscribe(obs.event)
+    try:
+        obs.begin()
+        log.emit(ev.PROC_STARTED, t=0.0, node=3, job="a", rank=0, pid=1, job_class="io")
+        for v in (2, 5):
+            log.emit(ev.PROGRESS, t=0.1, node=3, job="a", rank=0, unit="barriers", value=v)
+        log.emit(ev.PROC_EXITED, t=0.2, node=3, job="a", rank=0, code=0)
+        log.emit(ev.PROGRESS, t=0.3, node=3, job="a", rank=0, unit="barriers", value=4)
+        log.emit(ev.SLOT_SWITCH, t=0.4, node=3, slot=7, effect=0.401)
+        obs.continued(2)
+        obs.decided(0.001)
+        state[0] = 0.5
+        obs.tick()
+        fams = {
+            f.name: f for f in text_string_to_metric_families(generate_latest(obs.metrics.registry).decode())
+        }
+        progress = {(s.labels["job_class"], s.labels["unit"]): s.value
+                    for s in fams["testbed_job_progress"].samples if s.name.endswith("_total")}  # fmt: skip
+        assert progress[("io", "barriers")] == 9  # 5 by the first start, 4 by the second
+        assert sent == [SlotSwitches(3, ((7, 0.401),))]
+        assert obs.metrics.dispatches._value.get() == 2
+        assert obs.metrics.procs["stopped"]._value.get() == 2
+        assert obs.metrics.decision._sum.get() == 0.001
+    finally:
+        obs.close()
+        log.close()

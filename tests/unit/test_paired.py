@@ -1,5 +1,6 @@
-"""Paired gang scheduling (paper 002; ALGORITHMS.md §3): prediction, pairing rule, matching (the paper's
-§4.1.2 and §2.4 examples), slot homogeneity, sharp change, never-pair, Dispatch sets, and the simulator."""
+"""Paired gang scheduling (paper 002; docs/policies.md, "Paired gang"): prediction, pairing rule, matching
+(the paper's §4.1.2 and §2.4 examples), slot homogeneity, sharp change, never-pair, Dispatch sets, and the
+simulator."""
 
 from __future__ import annotations
 

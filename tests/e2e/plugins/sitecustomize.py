@@ -2,7 +2,10 @@
 
 Every Python interpreter started with this folder on PYTHONPATH imports this module at start-up. It acts
 only in a worker process (TB_JOB and TB_RANK set by the node agent) of a job named in TB_TEST_MISBEHAVE
-(``job=behaviour[,job=behaviour...]``), and otherwise does nothing:
+(``job=behaviour[,job=behaviour...]``), and otherwise does nothing. A worker started by exec acts at its
+interpreter's start; one forked from its node's fork server (whose interpreter started long before, with
+no TB_JOB) acts when the synthetic program's ``run`` is called, which this module wraps in every child the
+server forks.
 
 * ``fork``: the worker forks a child that computes until killed (a worker that starts helpers);
 * ``ignore-term``: the worker ignores SIGTERM and SIGINT;
@@ -45,6 +48,30 @@ def _misbehave(what: str) -> None:
         globals()["_hog"] = hog  # kept alive while the worker runs
 
 
+def _wrap_synthetic_run() -> None:
+    import importlib
+    import sys
+
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is None or spec.name != "testbed.mechanism.forkserver":
+        return  # only in a fork server's children
+    mod = importlib.import_module("testbed.apps.synthetic")
+    if getattr(mod.Synthetic.run, "_misbehaves", False):
+        return
+    plain = mod.Synthetic.run.__func__
+
+    def run(cls, cfg, ctx):
+        what = _plan()
+        if what:
+            _misbehave(what)
+        return plain(cls, cfg, ctx)
+
+    run._misbehaves = True
+    mod.Synthetic.run = classmethod(run)
+
+
 _what = _plan()
 if _what:
     _misbehave(_what)
+else:
+    os.register_at_fork(after_in_child=_wrap_synthetic_run)

@@ -1,0 +1,173 @@
+"""The Prometheus metrics of a node agent and of the coordinator, as observers (testbed/observe.py).
+
+Each observer owns its registry and HTTP endpoint, learns what happened from the events the component logs
+and the few hooks no event carries, buffers it on the component's loop thread, and pushes it into the
+registry once per scrape interval (:meth:`tick`). The components know nothing of Prometheus.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from testbed.monitoring.metrics import (
+    CoordinatorMetrics,
+    NodeMetrics,
+    SwitchSkew,
+    serve,
+    stop,
+    utilization,
+)
+
+from testbed import events as ev
+from testbed.messages import SlotSwitches
+from testbed.observe import Observer
+
+
+class _Served(Observer):
+    def __init__(self, registry, mon: dict) -> None:
+        self.period_s = float(mon.get("scrape_interval_s", 1.0))
+        self._server, self.address = serve(registry, mon.get("host", "127.0.0.1"), mon.get("port"))
+
+    def close(self) -> None:
+        if self._server is not None:
+            stop(self._server)
+            self._server = None
+
+
+class NodeMetricsObserver(_Served):
+    """One node's metrics. ``sample()`` returns the node's state at a tick: (envelope CPU seconds,
+    processes running, stopped, blocked); ``send(msg)`` reports to the coordinator (the switch times the
+    coordinator turns into the gang switch skew)."""
+
+    def __init__(
+        self,
+        node: int,
+        scheduler: str,
+        tdf: float,
+        cpu_rate: float,
+        cores: int,
+        mon: dict,
+        sample: Callable[[], tuple[float, int, int, int]],
+        send: Callable[[Any], Any],
+    ) -> None:
+        self.metrics = NodeMetrics(
+            node,
+            scheduler,
+            mon.get("idle_watts", 0.0),
+            mon.get("busy_watts", 0.0),
+            tdf,
+            mon.get("job_classes", ()),
+        )
+        super().__init__(self.metrics.registry, mon)
+        self.node, self.tdf, self.cpu_rate, self.cores = node, tdf, cpu_rate, cores
+        self._sample, self._send = sample, send
+        self._last: tuple[float, float] | None = None
+        self._decisions: list[float] = []
+        self._continued = 0
+        self._switches: list[tuple[int, float]] = []
+        self._job_class: dict[str, str | None] = {}
+        self._progress: dict[tuple[str | None, str], float] = {}
+        self._progress_last: dict[tuple[str, int, str], float] = {}
+
+    def begin(self) -> None:
+        self._last = (time.monotonic(), self._sample()[0])
+
+    def event(self, rec: dict) -> None:
+        kind = rec["kind"]
+        if kind == ev.PROGRESS:  # the value is cumulative per process; the counter takes increments
+            key = (rec["job"], rec["rank"], rec["unit"])
+            last = self._progress_last.get(key, 0.0)
+            self._progress_last[key] = rec["value"]
+            ck = (self._job_class.get(rec["job"]), rec["unit"])
+            self._progress[ck] = self._progress.get(ck, 0.0) + max(0.0, rec["value"] - last)
+        elif kind == ev.SLOT_SWITCH:
+            self._switches.append((rec["slot"], rec["effect"]))
+        elif kind == ev.PROC_STARTED:
+            self._job_class[rec["job"]] = rec.get("job_class")
+        elif kind == ev.PROC_EXITED:  # a later start of the same rank counts from 0 again
+            for key in [k for k in self._progress_last if k[:2] == (rec["job"], rec["rank"])]:
+                del self._progress_last[key]
+        elif kind == ev.RATE_PROBE:
+            self.metrics.rate_error.set(rec["error"])
+
+    def decided(self, seconds: float) -> None:
+        self._decisions.append(seconds)
+
+    def continued(self, n: int) -> None:
+        self._continued += n
+
+    def tick(self) -> None:
+        m = self.metrics
+        cpu, running, stopped, blocked = self._sample()
+        now = time.monotonic()
+        if self._last is not None:
+            t0, cpu0 = self._last
+            dt_emu = (now - t0) / self.tdf
+            m.sample(utilization(cpu - cpu0, dt_emu, self.cpu_rate, self.cores), dt_emu)
+        self._last = (now, cpu)
+        m.set_processes(running, stopped, blocked)
+        if self._continued:
+            m.dispatches.inc(self._continued)
+            self._continued = 0
+        for (jc, unit), amount in self._progress.items():
+            m.add_progress(jc, unit, amount)
+        self._progress.clear()
+        m.observe_decisions(self._decisions)
+        self._decisions.clear()
+        if self._switches:
+            batch, self._switches = self._switches, []
+            self._send(SlotSwitches(self.node, tuple(batch)))
+
+
+class CoordinatorMetricsObserver(_Served):
+    """The coordinator's metrics: jobs by state (``job_counts()`` at each tick), admissions, global
+    decision time, and the gang switch skew from the nodes' switch reports (a slot some node never reports,
+    because it died or its report was lost, is closed after three intervals; ``down()`` names the nodes
+    not to wait for)."""
+
+    def __init__(
+        self,
+        scheduler: str,
+        tdf: float,
+        job_classes: dict[str, str],
+        mon: dict,
+        job_counts: Callable[[], dict[tuple[str, str], int]],
+        down: Callable[[], Iterable[int]],
+    ) -> None:
+        classes = set(job_classes.values()) | set(mon.get("job_classes", ()))
+        self.metrics = CoordinatorMetrics(scheduler, tdf, classes)
+        super().__init__(self.metrics.registry, mon)
+        self._classes = job_classes
+        self._job_counts, self._down = job_counts, down
+        self._skew = SwitchSkew()
+        self._skew_timeout = max(5.0, 3 * self.period_s)
+        self._decisions: list[float] = []
+
+    def event(self, rec: dict) -> None:
+        kind = rec["kind"]
+        if kind == ev.JOB_ADMITTED:
+            self.metrics.admission("admitted", self._classes.get(rec["job"]))
+        elif kind == ev.JOB_REJECTED:
+            self.metrics.admission("rejected", self._classes.get(rec["job"]))
+
+    def decided(self, seconds: float) -> None:
+        self._decisions.append(seconds)
+
+    def dispatched(self, slot: int, nodes: list[int]) -> None:
+        self._skew.expect(slot, nodes, time.monotonic())
+
+    def reported(self, msg: Any) -> None:
+        if isinstance(msg, SlotSwitches):
+            for slot, effect in msg.switches:
+                spread = self._skew.report(msg.node, slot, effect)
+                if spread is not None:
+                    self.metrics.skew.observe(spread)
+
+    def tick(self) -> None:
+        self.metrics.set_jobs(self._job_counts())
+        self.metrics.observe_decisions(self._decisions)
+        self._decisions.clear()
+        for spread in self._skew.expire(time.monotonic(), self._skew_timeout, self._down()):
+            self.metrics.skew.observe(spread)
