@@ -24,6 +24,13 @@ with the figures; a figure that could not be measured is an ``"error: ..."`` str
 * startup_s: wall time from spawning ``testbed run`` to the first job_started event (real s), median.
 * mem_per_node_mb: PSS of every descendant of this process except worker processes, per node.
 
+``--envelope docker`` (part ``envelopes``, not in the default set) compares that envelope with cgroup on
+the same runs, interleaved (cgroup, docker, cgroup, ...): per run of a 100 ms gang scenario with a 3 s
+probe, the CPU-rate error (worst node), gang skew p99, start-up (driver start to first job running,
+real s, the run's own ``startup_s``) and memory per node: PSS of the control processes (as
+mem_per_node_mb) plus, for docker, of each container's containerd shim and resident process (children of
+the daemon, not of this process). Medians over ``--reps``; the JSON line gets ``envelopes``.
+
 ``--only per_process`` (not in the default set) measures control share, skew and start-up for each
 ``cluster.nodes_per_process`` of ``--per-process``: how its default was chosen.
 """
@@ -590,6 +597,110 @@ def measure_per_process(base: Path, out: dict, values: list[int]) -> None:
     out["per_process"] = rows
 
 
+class ContainerMemory:
+    """Once jobs run: PSS of the docker envelope's per-node processes outside this process's tree (each
+    container's resident and its containerd-shim), found by the run id label."""
+
+    def __init__(self) -> None:
+        self.result: dict | None = None
+        self.error: str | None = None
+        self.run_dir: Path | None = None
+
+    def __call__(self, st: dict) -> None:
+        if self.result is not None or self.error is not None or not st["counts"].get("running"):
+            return
+        try:
+            import psutil
+
+            from testbed.mechanism import docker_envelope as de
+            from testbed.mechanism.accounting import rss_pss_mb
+
+            run_id = next(
+                json.loads(ln)["run_id"]
+                for ln in (self.run_dir / "events" / "node0.jsonl").read_text().splitlines()
+                if '"run_id"' in ln
+            )
+            c = de.client()
+            try:
+                cts = c.containers.list(filters={"label": f"{de.LABEL_RUN}={run_id}"})
+            finally:
+                c.close()
+            pids = set()
+            for ct in cts:
+                pid = int(ct.attrs["State"]["Pid"])
+                pids |= {pid, psutil.Process(pid).ppid()}  # the resident and its shim
+            pss = sum(rss_pss_mb(p)[1] for p in pids)
+            self.result = {"containers": len(cts), "processes": len(pids), "pss_mb": pss}
+        except Exception as exc:  # noqa: BLE001 - reported as the figure's error
+            self.error = err_str(exc)
+
+
+class Samplers:
+    """Several status callbacks as one (Run sets ``run_dir`` on it before the run)."""
+
+    def __init__(self, *samplers) -> None:
+        self.samplers = samplers
+        self.run_dir: Path | None = None
+
+    def __call__(self, st: dict) -> None:
+        for sm in self.samplers:
+            sm.run_dir = self.run_dir
+            sm(st)
+
+
+def measure_envelopes(base: Path, out: dict, envelopes: list[str], reps: int) -> None:
+    say(
+        f"\n== envelopes {', '.join(envelopes)}: 16 nodes, gang mpl 2, quantum 100 ms, 2 x 16 ranks x 1.5 s "
+        f"CPU, 3 s probe; {reps} runs each, interleaved =="
+    )
+    figs: dict[str, dict[str, list[float]]] = {
+        e: {"cpu_rate_error_max": [], "gang_skew_p99_ms": [], "startup_s": [], "mem_per_node_mb": []}
+        for e in envelopes
+    }
+    for i in range(reps):
+        for env in envelopes:
+            doc = scenario_doc(f"bench-env-{env}", "gang", gang_params(100), compute_jobs(2, 30, 50),
+                               rate_probe_s=3.0, envelope=env)  # fmt: skip
+            mem, extra = MemorySampler(), ContainerMemory()
+            r = run(base, f"env-{env}-{i + 1}", doc, on_status=Samplers(mem, extra))
+            f = figs[env]
+            line = [f"  {env} run {i + 1}:"]
+            try:
+                e, _ = rate_error(r.need())
+                f["cpu_rate_error_max"].append(e)
+                line.append(f"rate error {e * 100:.2f} %")
+                sk = skew_figures(r.need())["p99"]
+                f["gang_skew_p99_ms"].append(sk)
+                line.append(f"skew p99 {sk:.3f} ms")
+            except Exception as exc:  # noqa: BLE001
+                line.append(err_str(exc))
+            if r.summary and r.summary.get("startup_s") is not None:
+                f["startup_s"].append(r.summary["startup_s"])
+                line.append(f"start-up {r.summary['startup_s']:.2f} s")
+            if mem.result is not None:
+                per = mem.result["pss_mb"]
+                if env == "docker":
+                    if extra.result is None:
+                        line.append(f"container memory: {extra.error or 'not sampled'}")
+                        per = None
+                    else:
+                        per += extra.result["pss_mb"]
+                        line.append(f"shims+residents {extra.result['pss_mb']:.0f} MB PSS")
+                if per is not None:
+                    f["mem_per_node_mb"].append(per / NODES)
+                    line.append(f"memory {per / NODES:.1f} MB PSS/node")
+            else:
+                line.append(f"memory: {mem.error or 'not sampled'}")
+            say(" ".join(line))
+    res = {}
+    for env, f in figs.items():
+        res[env] = {k: round(statistics.median(v), 4) if v else "error: not measured" for k, v in f.items()}
+        res[env]["runs"] = {k: [round(x, 4) for x in v] for k, v in f.items()}
+    out["envelopes"] = res
+    say("  medians: " + "; ".join(f"{e}: {json.dumps({k: v for k, v in r.items() if k != 'runs'})}"
+                                   for e, r in res.items()))  # fmt: skip
+
+
 def measure_tbcomm(out: dict) -> None:
     say("\n== tbcomm one-way latency vs raw loopback TCP (interleaved, median of 9 rounds) ==")
     spec = importlib.util.spec_from_file_location(
@@ -653,10 +764,15 @@ def main() -> None:
     )
     parser.add_argument("--per-process", default="1,2,4,8,16", help="nodes_per_process values (per_process)")
     parser.add_argument("--keep", type=Path, help="keep the run folders here instead of a temporary folder")
+    parser.add_argument(
+        "--envelope", default="", help="compare this envelope (docker) with cgroup (adds part envelopes)"
+    )
     args = parser.parse_args()
     default = ["skew", "none", "sweep", "startup", "tbcomm"]
     parts = [p for p in args.only.split(",") if p] or default
-    unknown = set(parts) - {*default, "per_process"}
+    if args.envelope and "envelopes" not in parts:
+        parts.append("envelopes")
+    unknown = set(parts) - {*default, "per_process", "envelopes"}
     if unknown:
         parser.error(f"--only: unknown part(s) {', '.join(sorted(unknown))}")
     from testbed.clock import host_cores
@@ -685,6 +801,7 @@ def main() -> None:
         "startup": lambda: measure_startup(base, out, args.reps),
         "tbcomm": lambda: measure_tbcomm(out),
         "per_process": lambda: measure_per_process(base, out, [int(x) for x in args.per_process.split(",")]),
+        "envelopes": lambda: measure_envelopes(base, out, ["cgroup", args.envelope or "docker"], args.reps),
     }
     owned = {
         "skew": ["gang_skew_p99_ms", "cpu_rate_error_max"],
@@ -693,9 +810,10 @@ def main() -> None:
         "startup": ["startup_s"],
         "tbcomm": ["tbcomm_latency_ratio"],
         "per_process": [],
+        "envelopes": [],
     }
     try:
-        for part in [*default, "per_process"]:
+        for part in [*default, "per_process", "envelopes"]:
             if part not in parts:
                 continue
             for k in owned[part]:

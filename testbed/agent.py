@@ -65,6 +65,7 @@ class NodeConfig:
     cores: int = 1
     envelope: str = "auto"
     cfs_period_us: int = 100_000
+    memory_mb: float | None = None
     scheduler: str = "local"
     params: dict = field(default_factory=dict)
     seed: int = 0
@@ -151,6 +152,7 @@ class NodeAgent:
             tdf=self.cfg.tdf,
             cores=self.cfg.cores,
             period_us=self.cfg.cfs_period_us,
+            memory_mb=self.cfg.memory_mb,
         )
         self.envelope.create()
         self.nic = Nic(

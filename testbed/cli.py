@@ -333,6 +333,34 @@ def dashboards_push(
         out.print(f"{a.get('status', 'ok')}: {url.rstrip('/')}{a.get('url', '')}", highlight=False)
 
 
+k8s_app = typer.Typer(no_args_is_help=True, help="Kubernetes manifests (KubeRay) for a scenario.")
+app.add_typer(k8s_app, name="k8s")
+
+
+@k8s_app.command("render")
+def k8s_render(
+    scenario: Annotated[Path, typer.Argument(help="scenario YAML file")],
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="folder to write (default: k8s-<scenario name>)")
+    ] = None,
+    image: Annotated[str, typer.Option(help="image every pod runs (k8s/image/Dockerfile)")] = "testbed:0.1.0",
+    force: Annotated[bool, typer.Option("--force", help="overwrite a non-empty --out folder")] = False,
+) -> None:
+    """Write a kustomize folder that runs SCENARIO on KubeRay: `kubectl apply -k FOLDER`."""
+    from testbed import k8s
+    from testbed.scenario import ScenarioError
+
+    try:
+        files = k8s.render(scenario, image=image)
+        target = out_dir or Path(f"k8s-{scenario.stem}")
+        paths = k8s.write(files, target, force=force)
+    except (ScenarioError, k8s.RenderError) as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    for p in paths:
+        out.print(str(p), highlight=False, soft_wrap=True)
+    out.print(f"apply with: kubectl apply -k {target}", highlight=False, soft_wrap=True)
+
+
 @app.command()
 def watch(
     run_dir: Annotated[
@@ -356,7 +384,7 @@ def watch(
 
 @app.command()
 def cleanup() -> None:
-    """Remove every worker process and cgroup any testbed run left behind (e.g. after kill -9)."""
+    """Remove every worker process, cgroup and container any testbed run left behind (e.g. after kill -9)."""
     from testbed.janitor import cleanup_all
 
     report = cleanup_all()

@@ -144,6 +144,7 @@ def run_ray(
                 cores=c.cores_per_node,
                 envelope=c.envelope,
                 cfs_period_us=round(c.cfs_period_ms * 1000),
+                memory_mb=c.memory_mb,
                 scheduler=scn.scheduler.name,
                 params=scn.scheduler.params,
                 seed=scn.workload.seed,

@@ -343,7 +343,9 @@ def summarize(events: Iterable[dict] | Tally, facts: RunFacts) -> dict:
         "power_model": {"idle_watts": facts.idle_watts, "busy_watts": facts.busy_watts},
         "tdf": facts.tdf,
         "envelope": facts.envelope,
-        "cpu_rate_fixed": facts.envelope.startswith("cgroup") if facts.backend != "sim" else True,
+        "cpu_rate_fixed": facts.envelope.startswith("cgroup") or facts.envelope in ("docker", "pod")
+        if facts.backend != "sim"
+        else True,
         "cpu_rate_error_max": t.rate_err,
         "gang_skew_ms_p50": _pct(skews, 50),
         "gang_skew_ms_p99": _pct(skews, 99),

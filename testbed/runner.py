@@ -70,7 +70,15 @@ def preflight(scn: Scenario, backend: str, out: Path | None = None, force: bool 
     if backend == "ray":
         from testbed.mechanism.envelope import probe_envelopes
 
-        usable = probe_envelopes()
+        usable: dict[str, str | None] = probe_envelopes()
+        if any(s.cluster.envelope == "docker" for _, s in runs):
+            from testbed.mechanism import docker_envelope
+
+            usable["docker"] = docker_envelope.probe()
+        if any(s.cluster.envelope == "pod" for _, s in runs):
+            from testbed.mechanism.envelope import probe_pod
+
+            usable["pod"] = probe_pod()
         for where, s in runs:
             note = _check_envelope(s, usable, where)
             if note and note not in notes:
@@ -115,6 +123,8 @@ def _check_envelope(scn: Scenario, usable: dict[str, str | None], where: str) ->
             "none and the CPU rate is NOT fixed"
         )
     kind = "cgroup" if c.envelope == "auto" else c.envelope
+    if kind in ("docker", "pod") and usable.get(kind) is not None:
+        raise PreflightError(f"{where}cluster.envelope: {usable[kind]}")
     if usable.get(kind) is not None:
         raise PreflightError(
             f"{where}cluster.envelope: {kind} is not available here ({usable[kind]}); run as root with "

@@ -73,7 +73,7 @@ class ClusterConfig(_Model):
     nodes: int = Field(16, ge=1, le=4096)
     cores_per_node: int = Field(1, ge=1, le=64)
     cpu_rate: float = Field(1.0, gt=0, le=1.0, description="node CPU speed as a fraction of one host core")
-    envelope: Literal["auto", "cgroup", "cgroup-v1", "cgroup-v2", "none"] = "auto"
+    envelope: Literal["auto", "cgroup", "cgroup-v1", "cgroup-v2", "docker", "pod", "none"] = "auto"
     cfs_period_ms: float = Field(
         100.0,
         ge=1,

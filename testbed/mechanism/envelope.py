@@ -59,7 +59,7 @@ SHARES_V1 = 10240
 WEIGHT_V2 = 1000
 DESTROY_TIMEOUT_S = 5.0
 FREEZE_TIMEOUT_S = 2.0
-KINDS = ("auto", "cgroup", "cgroup-v1", "cgroup-v2", "none")
+KINDS = ("auto", "cgroup", "cgroup-v1", "cgroup-v2", "docker", "pod", "none")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -653,11 +653,19 @@ def make_envelope(
     tdf: float,
     cores: int = 1,
     period_us: int = CFS_PERIOD_US,
+    memory_mb: float | None = None,
 ) -> Envelope:
-    """Build (not create) the envelope of one node. ``auto`` falls back to ``none`` with a loud note."""
+    """Build (not create) the envelope of one node. ``auto`` falls back to ``none`` with a loud note.
+    ``memory_mb`` limits the node's memory where the envelope can (docker); the others ignore it."""
     if kind not in KINDS:
         raise ValueError(f"unknown envelope kind {kind!r}; known kinds: {', '.join(KINDS)}")
     args = (run_id, node, cpu_rate, tdf, cores, period_us)
+    if kind == "docker":
+        from testbed.mechanism.docker_envelope import DockerEnvelope
+
+        return DockerEnvelope(*args, memory_mb=memory_mb)
+    if kind == "pod":
+        return PodEnvelope(*args)
     if kind == "none":
         return NoEnvelope(*args)
     if kind == "cgroup-v1":
@@ -687,3 +695,123 @@ def make_envelope(
     env.note = f"cgroup envelope unavailable: {reason}; CPU rate is NOT fixed (envelope none)"
     log.warning("node %d: %s", node, env.note)
     return env
+
+
+# --- the pod envelope: cgroup v2, in the subtree delegated to this process --------------------------------
+
+#: The leaf that the processes of a delegated cgroup move to, so that controllers can be enabled for its
+#: children (cgroup v2's "no internal processes" rule).
+LEAF = "testbed-procs"
+
+
+def own_v2_cgroup(proc_cgroup: str = "/proc/self/cgroup") -> tuple[str, str]:
+    """(cgroup2 mount point, directory of this process's v2 cgroup under it). In a pod (cgroup namespace)
+    /proc/self/cgroup says ``0::/`` and the mount's root is the pod's cgroup; under a systemd user slice it
+    names the slice, which the mount shows at that path. Raises EnvelopeUnavailable saying why not."""
+    rel = next((ln[3:] for ln in _read(proc_cgroup).splitlines() if ln.startswith("0::")), None)
+    if rel is None:
+        raise EnvelopeUnavailable(
+            f"envelope pod: {proc_cgroup} has no cgroup v2 line (0::): this process is in no v2 cgroup; "
+            "run it in a pod or a systemd unit with Delegate=yes, or use envelope: cgroup"
+        )
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            lf, rf = left.split(), right.split()
+            if rf and rf[0] == "cgroup2":
+                root, mnt = _unescape(lf[3]), _unescape(lf[4])
+                # The mount shows the hierarchy from its root: our cgroup must lie at or below it.
+                if rel == root or rel.startswith(root.rstrip("/") + "/"):
+                    return mnt, os.path.normpath(os.path.join(mnt, rel[len(root) :].lstrip("/")))
+    raise EnvelopeUnavailable(
+        f"envelope pod: no cgroup2 mount shows this process's cgroup {rel} (see /proc/self/mountinfo); mount "
+        "cgroup2 (a pod has it at /sys/fs/cgroup), or use envelope: cgroup"
+    )
+
+
+class PodEnvelope(CgroupV2Envelope):
+    """cgroup v2 below the cgroup this process was given (a pod's, a delegated systemd slice's), never above:
+
+        <own cgroup>/testbed-procs           the processes that were in <own cgroup> (moved once)
+        <own cgroup>/testbed/<run_id>/node<k>  cpu.max, cpu.stat, cgroup.freeze, cgroup.kill
+
+    The move is what cgroup v2 asks before a cgroup's controllers can be handed to its children. Nothing is
+    written above <own cgroup>: its parent may belong to the kubelet or to systemd, and need not be writable.
+    """
+
+    kind = "pod"
+    fixes_rate = True
+
+    def __init__(self, *args, controllers: tuple[str, ...] = ("cpu",), **kwargs) -> None:  # Envelope's args
+        # ``controllers``: what the node's subtree gets; without "cpu" the rate is not fixed (the tests run
+        # the tree logic with hugetlb, the one controller this host leaves to v2).
+        Envelope.__init__(self, *args, **kwargs)
+        mnt, own = own_v2_cgroup()
+        # A process of this run already moved to the leaf (another node of the same agent process).
+        self.base = os.path.dirname(own) if os.path.basename(own) == LEAF else own
+        self.mount = self.base  # CgroupV2Envelope.destroy removes directories up to this one, not above
+        for fn in ("cgroup.procs", "cgroup.subtree_control"):
+            if not os.access(os.path.join(self.base, fn), os.W_OK):
+                raise EnvelopeUnavailable(
+                    f"envelope pod: {os.path.join(self.base, fn)} is not writable: this cgroup is not "
+                    "delegated to us (a pod needs privileged: true for a writable /sys/fs/cgroup; a "
+                    "systemd unit, Delegate=yes), or use envelope: cgroup"
+                )
+        self.controllers = tuple(controllers)
+        self.need_cpu = "cpu" in self.controllers
+        ctrls = _read(os.path.join(self.base, "cgroup.controllers")).split()
+        for c in self.controllers:
+            if c not in ctrls:
+                holder = _v1_mount(c)[0]
+                where = f"; it is bound to the cgroup v1 hierarchy at {holder}" if holder else ""
+                raise EnvelopeUnavailable(
+                    f"envelope pod: the {c} controller is not available in {self.base} (cgroup.controllers: "
+                    f"{' '.join(ctrls) or 'none'}{where}); use envelope: cgroup"
+                )
+        self.fixes_rate = self.need_cpu
+        self.dir = os.path.join(self.base, TOP, self.run_id, self.name)
+        self.quota_us = self._quota_us()
+        self._procs_file = os.path.join(self.dir, "cgroup.procs")
+
+    def _evacuate(self) -> None:
+        """Move every process of the base cgroup to its leaf: a cgroup with processes cannot enable
+        controllers for its children. Repeated while some arrive (a fork during the move)."""
+        leaf = os.path.join(self.base, LEAF)
+        _makedirs(leaf)
+        for _ in range(100):
+            pids = _read_pids(os.path.join(self.base, "cgroup.procs"))
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    _write(os.path.join(leaf, "cgroup.procs"), str(pid))
+                except ProcessLookupError:
+                    pass
+        raise RuntimeError(f"{self!r}: processes keep appearing in {self.base}; cannot enable controllers")
+
+    def create(self) -> None:
+        run = os.path.dirname(self.dir)
+        _makedirs(run)
+        if self.controllers:
+            enable = " ".join(f"+{c}" for c in self.controllers)
+            ctl = os.path.join(self.base, "cgroup.subtree_control")
+            if not set(self.controllers) <= set(_read(ctl).split()):
+                self._evacuate()
+                _write(ctl, enable)
+            for d in (os.path.join(self.base, TOP), run):
+                _write(os.path.join(d, "cgroup.subtree_control"), enable)
+        _makedirs(self.dir)
+        if self.need_cpu:
+            _write(os.path.join(self.dir, "cpu.max"), f"{self.quota_us} {self.period_us}")
+
+    def configured_rate(self) -> float | None:
+        return self.quota_us / self.period_us if self.need_cpu else None
+
+
+def probe_pod() -> str | None:
+    """None if envelope: pod can work in this process's cgroup, else why not (one line)."""
+    try:
+        PodEnvelope("probe", 0, 1.0, 1.0)
+    except EnvelopeUnavailable as e:
+        return str(e)
+    return None

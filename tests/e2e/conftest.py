@@ -54,8 +54,9 @@ def testbed_cgroups(ids: set[str]) -> list[str]:
     if CGROUP_ROOT.exists():
         for hier in CGROUP_ROOT.iterdir():
             for i in ids:
-                if (hier / "testbed" / i).exists():
-                    found.append(str(hier / "testbed" / i))
+                for top in ("testbed", "testbed-docker"):  # the docker envelope's containers' parent
+                    if (hier / top / i).exists():
+                        found.append(str(hier / top / i))
     return found
 
 

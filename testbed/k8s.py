@@ -1,0 +1,316 @@
+"""Kubernetes manifests for a scenario: a kustomize folder that runs it on KubeRay (issue 13).
+
+``testbed k8s render SCENARIO --out DIR`` writes, for ``kubectl apply -k DIR``:
+
+* ``kustomization.yaml``: the resources below, and a ``configMapGenerator`` making ``testbed-scenario`` from
+  ``scenario.yaml`` (and the SWF trace a trace scenario replays), mounted at ``/etc/testbed`` in every pod;
+* ``rayjob.yaml``: a RayJob (``ray.io/v1``) whose entrypoint is ``testbed run /etc/testbed/scenario.yaml``,
+  with a ``rayClusterSpec``: a head group (the driver and the coordinator; ``num-cpus: "0"`` so no work is
+  placed there) and one worker group, ``nodes`` pods of one emulated node each;
+* ``podmonitor.yaml``: a PodMonitor (``monitoring.coreos.com/v1``) scraping the named port ``metrics`` of
+  every pod of the job;
+* ``grafana-dashboards.yaml``: the dashboards of ``monitoring/dashboards`` as a ConfigMap labelled
+  ``grafana_dashboard: "1"`` (the Grafana sidecar's convention), generated from ``monitoring.dashboards``.
+
+``k8s/base`` is this render of ``scenarios/quickstart.yaml``, and a test keeps it equal to it.
+
+**One emulated node per worker pod.** A pod's CPU limit is then the node's CPU rate, enforced by the
+kubelet as a CFS quota, exactly the quota the cgroup envelope sets (a quota, not a share); the node's
+exporter binds the one fixed port the pod names ``metrics``, which a PodMonitor can select (several
+agents in one pod would each need a port of their own); and a node fault is a pod fault, which Kubernetes
+reports and restarts. The price is one raylet per node (about 0.1 core and 150 MB idle), which a cluster
+that runs a scenario at TDF 1 (a real CPU per emulated CPU) can afford.
+
+**Security context.** ``privileged: true``: Kubernetes mounts ``/sys/fs/cgroup`` read-only in any other
+pod, and the node's envelope writes its subtree there (``envelope: pod``); privileged also grants SYS_NICE,
+which negative nice values need. No capability list can make the cgroup mount writable.
+
+**Not done here** (so a rendered folder is not yet a distributed run):
+
+1. the runner starts its own Ray (``ray.init(address="local")``, testbed/cluster.py), so on KubeRay all
+   agents would start beside the driver on the head pod; cluster.py must join the RayJob's cluster when
+   it runs in one and give each agent host the ``testbed_node`` resource that the worker pods declare
+   here (``rayStartParams.resources``), with ``nodes_per_process: 1`` (which the render sets);
+2. agents write their event logs under the run folder, which the driver merges: across pods that folder
+   must be shared (a ReadWriteMany volume in place of the ``results`` emptyDir) or the logs sent back.
+
+The manifests are validated (tests/unit/test_k8s.py) but were never applied to a cluster: none can run on
+the machine this was written on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+#: The image every pod runs: Ray plus this package (k8s/image/Dockerfile builds it).
+IMAGE = "testbed:0.1.0"
+RAY_VERSION = "2.60.0"  # the Ray this package is tested with (and the image is built on)
+METRICS_PORT = 9400
+MOUNT = "/etc/testbed"
+RESULTS = "/results"
+#: Kubernetes refuses a ConfigMap over 1 MiB; a trace is stored base64-encoded (4/3 of its size).
+MAX_TRACE_BYTES = 700_000
+LABEL = "app.kubernetes.io/name"
+BASE = Path(__file__).resolve().parents[1] / "k8s" / "base"
+_DNS = re.compile(r"[^a-z0-9-]+")
+_MANIFESTS = ("rayjob.yaml", "podmonitor.yaml", "grafana-dashboards.yaml", "kustomization.yaml")
+
+
+class RenderError(ValueError):
+    """The scenario cannot be rendered; the message names the field and the fix."""
+
+
+def _dns_name(name: str) -> str:
+    s = _DNS.sub("-", name.lower()).strip("-")[:40].strip("-")
+    return s or "scenario"
+
+
+def pod_scenario(doc: dict) -> dict:
+    """The scenario as the pods run it: the pod envelope, one node per agent process, TDF 1 unless the
+    scenario fixes one, exporters on the fixed ``metrics`` port bound to the pod's address (Prometheus
+    scrapes from another pod), the trace next to the scenario file."""
+    doc = json.loads(json.dumps(doc))  # a deep copy of plain data
+    cluster = doc.setdefault("cluster", {})
+    cluster["envelope"] = "pod"
+    cluster["nodes_per_process"] = 1  # one node per pod, each its own agent process
+    clock = doc.setdefault("clock", {})
+    if clock.get("tdf", "auto") == "auto":
+        # A node is a pod with a CPU of its own: no dilation. ("auto" would divide by the host's cores.)
+        clock["tdf"] = 1.0
+    mon = doc.setdefault("monitoring", {})
+    if mon.get("enabled", True):
+        mon.update(host="0.0.0.0", port=METRICS_PORT)
+    trace = (doc.get("workload") or {}).get("trace")
+    if isinstance(trace, dict) and isinstance(trace.get("path"), str):
+        trace["path"] = Path(trace["path"]).name
+    return doc
+
+
+def _resources(cpu: float, memory_mb: float | None) -> dict:
+    mem = f"{int(memory_mb)}Mi" if memory_mb else "1Gi"
+    q = {"cpu": f"{round(cpu * 1000)}m", "memory": mem}
+    # Requests equal to limits: the Guaranteed QoS class, so the kubelet's CFS quota is the node's rate.
+    return {"requests": dict(q), "limits": dict(q)}
+
+
+def _container(name: str, image: str, resources: dict, ports: list[dict]) -> dict:
+    return {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "ports": ports,
+        "resources": resources,
+        "securityContext": {"privileged": True},
+        "env": [{"name": "TESTBED_IN_POD", "value": "1"}],
+        "volumeMounts": [
+            {"name": "scenario", "mountPath": MOUNT, "readOnly": True},
+            {"name": "results", "mountPath": RESULTS},
+        ],
+    }
+
+
+def _pod_template(labels: dict, container: dict) -> dict:
+    return {
+        "metadata": {"labels": labels},
+        "spec": {
+            "containers": [container],
+            "volumes": [
+                {"name": "scenario", "configMap": {"name": "testbed-scenario"}},
+                {"name": "results", "emptyDir": {}},
+            ],
+        },
+    }
+
+
+def rayjob(name: str, scn: dict, image: str) -> dict:
+    c = scn.get("cluster") or {}
+    nodes = int(c.get("nodes", 16))
+    cores = int(c.get("cores_per_node", 1))
+    rate = float(c.get("cpu_rate", 1.0))
+    labels = {LABEL: "testbed", "testbed/scenario": name}
+    metrics = {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}
+    head_ports = [
+        {"name": "gcs-server", "containerPort": 6379},
+        {"name": "dashboard", "containerPort": 8265},
+        {"name": "client", "containerPort": 10001},
+        metrics,
+    ]
+    # The head hosts the driver, the coordinator and Ray's control plane: 1 core, 2 GiB.
+    head = _container("ray-head", image, _resources(1.0, 2048), head_ports)
+    # A node pod: the emulated node's CPU (rate x cores) plus 0.25 core for its agent and raylet.
+    worker = _container("ray-worker", image, _resources(rate * cores + 0.25, c.get("memory_mb")), [metrics])
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": f"testbed-{name}", "labels": labels},
+        "spec": {
+            "entrypoint": f"testbed run {MOUNT}/scenario.yaml --out {RESULTS}/{name}",
+            "submissionMode": "K8sJobMode",
+            "shutdownAfterJobFinishes": True,
+            "ttlSecondsAfterFinished": 3600,
+            "rayClusterSpec": {
+                "rayVersion": RAY_VERSION,
+                "headGroupSpec": {
+                    "serviceType": "ClusterIP",
+                    "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
+                    "template": _pod_template(labels, head),
+                },
+                "workerGroupSpecs": [
+                    {
+                        "groupName": "nodes",
+                        "replicas": nodes,
+                        "minReplicas": nodes,
+                        "maxReplicas": nodes,
+                        "rayStartParams": {
+                            "num-cpus": str(cores),
+                            "resources": json.dumps({"testbed_node": 1}),
+                        },
+                        "template": _pod_template(labels, worker),
+                    }
+                ],
+            },
+        },
+    }
+
+
+def _duration(seconds: float) -> str:
+    """A Prometheus duration (integers only: 1s, 500ms)."""
+    ms = round(seconds * 1000)
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def podmonitor(name: str, scn: dict) -> dict:
+    interval = float((scn.get("monitoring") or {}).get("scrape_interval_s", 1.0))
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": {"name": f"testbed-{name}", "labels": {LABEL: "testbed"}},
+        "spec": {
+            "selector": {"matchLabels": {LABEL: "testbed", "testbed/scenario": name}},
+            "podMetricsEndpoints": [{"port": "metrics", "interval": _duration(interval), "path": "/metrics"}],
+        },
+    }
+
+
+def dashboards_configmap() -> dict:
+    from testbed.monitoring import dashboards
+
+    built = dashboards.build_all()
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "testbed-grafana-dashboards",
+            "labels": {LABEL: "testbed", "grafana_dashboard": "1"},
+        },
+        "data": {fn: dashboards.render(d) for fn, d in sorted(built.items())},
+    }
+
+
+def kustomization(files: list[str]) -> dict:
+    return {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [r for r in ("rayjob.yaml", "podmonitor.yaml", "grafana-dashboards.yaml") if r in files],
+        # The RayJob names the ConfigMap; kustomize cannot rewrite names inside a custom resource.
+        "generatorOptions": {"disableNameSuffixHash": True},
+        "configMapGenerator": [
+            {"name": "testbed-scenario", "files": [f for f in files if f not in _MANIFESTS]}
+        ],
+    }
+
+
+class _Dumper(yaml.SafeDumper):
+    """No anchors (each manifest reads on its own), and multi-line strings (the dashboards' JSON) as
+    literal blocks."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str(dumper: yaml.SafeDumper, s: str) -> yaml.Node:
+    style = "|" if "\n" in s else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", s, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def _dump(obj: Any) -> str:
+    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=110)
+
+
+def render(scenario: str | Path, image: str = IMAGE) -> dict[str, str | bytes]:
+    """file name -> content of the kustomize folder for ``scenario`` (validated first)."""
+    from testbed.scenario import _read_doc, load
+
+    path = Path(scenario)
+    load(path)  # ScenarioError names the field and the fix
+    doc = _read_doc(path)
+    name = _dns_name(str(doc.get("name") or path.stem))
+    scn = pod_scenario(doc)
+    header = (
+        f"# Generated by `testbed k8s render {path.name}` from {path.name}: the scenario as its pods run it\n"
+        "# (envelope pod, one node per pod, TDF 1 unless set, exporters on the pod's `metrics` port).\n"
+        "# Edit the source and render again.\n"
+    )
+    files: dict[str, str | bytes] = {"scenario.yaml": header + _dump(scn)}
+    trace = (doc.get("workload") or {}).get("trace")
+    if isinstance(trace, dict) and isinstance(trace.get("path"), str):
+        src = (path.parent / trace["path"]).resolve()
+        data = src.read_bytes()
+        if len(data) > MAX_TRACE_BYTES:
+            raise RenderError(
+                f"workload.trace.path: {src} is {len(data)} bytes; a ConfigMap holds at most "
+                f"{MAX_TRACE_BYTES} (1 MiB base64-encoded): cut the trace (workload.trace.max_jobs) into a "
+                "smaller file, or mount it from a volume"
+            )
+        files[src.name] = data
+    gen = "# Generated by `testbed k8s render` (testbed/k8s.py); do not edit.\n"
+    files["rayjob.yaml"] = gen + _dump(rayjob(name, scn, image))
+    if (scn.get("monitoring") or {}).get("enabled", True):
+        # A scenario that turns monitoring off has no exporter to scrape: no PodMonitor, no dashboards.
+        files["podmonitor.yaml"] = gen + _dump(podmonitor(name, scn))
+        files["grafana-dashboards.yaml"] = gen + _dump(dashboards_configmap())
+    files["kustomization.yaml"] = gen + _dump(kustomization(sorted(files)))
+    return files
+
+
+def write(files: dict[str, str | bytes], out: Path, force: bool = False) -> list[Path]:
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not force:
+        raise RenderError(f"--out: {out} exists and is not empty; give another folder, or --force")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for fn, content in sorted(files.items()):
+        p = out / fn
+        if isinstance(content, bytes):
+            p.write_bytes(content)
+        else:
+            p.write_text(content)
+        written.append(p)
+    return written
+
+
+def objects(files: dict[str, str | bytes]) -> list[dict]:
+    """The objects ``kubectl apply -k`` would create from a rendered folder, built the way kustomize
+    builds them (its resources, then its ConfigMap generator), for validation without kubectl."""
+    kz = yaml.safe_load(files["kustomization.yaml"])
+    objs = [yaml.safe_load(files[r]) for r in kz["resources"]]
+    for gen in kz.get("configMapGenerator", []):
+        cm: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": gen["name"]}}
+        for fn in gen["files"]:
+            content = files[fn]
+            if isinstance(content, bytes):
+                import base64
+
+                cm.setdefault("binaryData", {})[fn] = base64.b64encode(content).decode()
+            else:
+                cm.setdefault("data", {})[fn] = content
+        objs.append(cm)
+    return objs
