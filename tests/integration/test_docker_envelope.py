@@ -145,7 +145,10 @@ def test_quota_fixes_the_rate_and_docker_update_changes_it(envelopes):
             u0, t0 = e.cpu_usage_s(), time.monotonic()
             time.sleep(1.5)
             r = (e.cpu_usage_s() - u0) / (time.monotonic() - t0)
-            assert r / e.configured_rate() - 1 < 0.05, r  # a cap: never above it, loaded host or not
+            # A cap: never above it, loaded host or not, but for the window's edges: a 1.5 s window can hold
+            # one quota burst more than its share, up to period/window = 6.7 % at the default 100 ms period
+            # (measured +5.7 % at 0.5 core on a quiet host, in .ci/run).
+            assert r / e.configured_rate() - 1 < 0.08, r
             return r
 
         why = "the quota is a cap: a host whose 2 cores are busy with other tests can deliver less than it"
