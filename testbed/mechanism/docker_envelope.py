@@ -47,7 +47,7 @@ from testbed.mechanism.envelope import (
     Envelope,
     EnvelopeUnavailable,
     _read,
-    _read_pids,
+    _V1ProcsFiles,
     _write,
     cgroup_mounts,
     kill_pids,
@@ -163,7 +163,7 @@ def cgroup_dirs(pid: int) -> dict[str, str]:
     return dirs
 
 
-class DockerEnvelope(Envelope):
+class DockerEnvelope(_V1ProcsFiles, Envelope):
     """A container per node (module docstring)."""
 
     kind = "docker"
@@ -253,30 +253,12 @@ class DockerEnvelope(Envelope):
                 return d
         raise KeyError(controller)
 
-    def join_self(self) -> None:
-        for path in self._procs_files:
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
-
-    def join_files(self) -> list[str]:
-        # The fork server stays in the agent's cgroup, as with the cgroup envelope; each forked worker
-        # joins the container's cgroups with these before its first instruction.
-        return list(self._procs_files)
-
-    def add(self, pid: int) -> None:
-        for path in self._procs_files:
-            _write(path, str(pid))
+    # join_self, join_files, add: _V1ProcsFiles's. The fork server stays in the agent's cgroup, as with the
+    # cgroup envelope; each forked worker joins the container's cgroups before its first instruction.
 
     def pids(self) -> list[int]:
         """The node's processes: everything in the container's cgroups but its resident."""
-        out: set[int] = set()
-        for path in self._procs_files:
-            out.update(_read_pids(path))
-        out.discard(self.resident_pid or -1)
-        return sorted(out)
+        return [p for p in super().pids() if p != self.resident_pid]
 
     def cpu_usage_s(self) -> float:
         return int(_read(os.path.join(self._dir("cpuacct"), "cpuacct.usage"))) / 1e9

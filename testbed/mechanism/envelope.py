@@ -351,7 +351,35 @@ class NoEnvelope(Envelope):
             time.sleep(0.005)
 
 
-class CgroupV1Envelope(Envelope):
+class _V1ProcsFiles:
+    """Membership of a node held in v1 ``cgroup.procs`` files (``self._procs_files``, in join order): the
+    cgroup envelope's, and the docker envelope's container cgroups."""
+
+    _procs_files: list[str]
+
+    def join_self(self) -> None:
+        for path in self._procs_files:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")  # 0 = the writing process
+            finally:
+                os.close(fd)
+
+    def join_files(self) -> list[str]:
+        return list(self._procs_files)
+
+    def add(self, pid: int) -> None:
+        for path in self._procs_files:
+            _write(path, str(pid))
+
+    def pids(self) -> list[int]:
+        out: set[int] = set()
+        for path in self._procs_files:
+            out.update(_read_pids(path))
+        return sorted(out)
+
+
+class CgroupV1Envelope(_V1ProcsFiles, Envelope):
     """cpu (CFS quota) + cpuacct (usage) + freezer cgroups in the v1 hierarchies."""
 
     kind = "cgroup-v1"
@@ -387,27 +415,6 @@ class CgroupV1Envelope(Envelope):
             _write(os.path.join(d, "cpu.shares"), str(SHARES_V1))
         _write(os.path.join(self.dirs["cpu"], "cpu.cfs_period_us"), str(self.period_us))
         _write(os.path.join(self.dirs["cpu"], "cpu.cfs_quota_us"), str(self.quota_us))
-
-    def join_self(self) -> None:
-        for path in self._procs_files:
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                os.write(fd, b"0")  # 0 = the writing process
-            finally:
-                os.close(fd)
-
-    def join_files(self) -> list[str]:
-        return list(self._procs_files)
-
-    def add(self, pid: int) -> None:
-        for path in self._procs_files:
-            _write(path, str(pid))
-
-    def pids(self) -> list[int]:
-        out: set[int] = set()
-        for path in self._procs_files:
-            out.update(_read_pids(path))
-        return sorted(out)
 
     def cpu_usage_s(self) -> float:
         return int(_read(os.path.join(self.dirs["cpuacct"], "cpuacct.usage"))) / 1e9
