@@ -50,7 +50,7 @@ Limits of a fork (said here, not hidden): interpreter-start settings of the requ
 which the child applies to its standard streams; a module must be import-safe (no threads or other side
 effects at import: the server refuses one that leaves a thread behind).
 
-Server: ``python -m testbed.mechanism.forkserver --fd N [--preload M,...] [--join FILE,...]``.
+Server: ``python -m testbed.mechanism.forkserver --fd N [--preload M[:F],...] [--join FILE,...]``.
 """
 
 from __future__ import annotations
@@ -151,6 +151,33 @@ class ForkedWorker(BaseWorker):
             raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout)
         return self._returncode
 
+    # A worker exits, the server reaps it, and its report reaches the agent a little later: in between the
+    # kernel answers ESRCH for it (through the pidfd: the same process, never a reused pid), as early as
+    # while it is exiting. To the agent it is a zombie, as an exec'd child is until reaped: a signal or a
+    # nice must do nothing then, not fail (a slot switch in that window, 0.3 ms, failed a quickstart run).
+
+    def signal(self, sig: int) -> None:
+        try:
+            super().signal(sig)
+        except ProcessLookupError:
+            if self._returncode is not None or self.pidfd < 0:
+                raise
+
+    def set_nice(self, n: int) -> None:
+        if self._returncode is not None or self.pidfd < 0:
+            raise ProcessLookupError(self.pid)
+        # Not BaseWorker's poll(): that would take the exit report from the agent's loop, which acts on it.
+        try:
+            signal.pidfd_send_signal(self.pidfd, 0)
+            tids = os.listdir(f"/proc/{self.pid}/task")
+        except (ProcessLookupError, FileNotFoundError):
+            return  # exiting or reaped by the server: its pid may be someone else's from now on
+        for tid in tids:
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(tid), n)
+            except ProcessLookupError:
+                pass  # the thread exited meanwhile
+
     def cpu_time_s(self) -> float:
         if self.poll() is not None and self.cpu_at_exit_s is not None:
             return self.cpu_at_exit_s  # read by the server from the zombie, before it reaped it
@@ -193,7 +220,9 @@ class ForkServer:
     dies with that thread, and its workers with it); :meth:`spawn` may then be called from any thread.
 
     ``env`` is the server's environment (it must carry the run id: ``process.worker_env`` marks it),
-    ``log`` where its own output goes, ``preload`` modules imported at start."""
+    ``log`` where its own output goes, ``preload`` modules imported at start (``module:function`` also
+    calls ``function()`` once imported: a cache it fills, such as an entry-point scan, is then every
+    child's without cost)."""
 
     def __init__(
         self,
@@ -615,7 +644,9 @@ def _become_worker(p: _Pooled, req: dict, fds: list[int], join: list[bytes]) -> 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m testbed.mechanism.forkserver", description="fork server")
     ap.add_argument("--fd", type=int, required=True, help="the client's SOCK_SEQPACKET socket")
-    ap.add_argument("--preload", default="", help="modules to import at start, comma-separated")
+    ap.add_argument(
+        "--preload", default="", help="modules to import at start (module[:function]), comma-separated"
+    )
     ap.add_argument("--join", default="", help="files to write 0 to, to join the envelope, comma-separated")
     ap.add_argument("--pool", type=int, default=POOL_SIZE, help="children kept forked, waiting for a request")
     args = ap.parse_args(argv)
@@ -628,7 +659,11 @@ def main(argv: list[str] | None = None) -> int:
     server = _Server(args.fd, [p for p in args.join.split(",") if p], max(1, args.pool))
     try:
         for module in filter(None, args.preload.split(",")):
+            module, _, warm = module.partition(":")
             server.load(module)
+            if warm:
+                getattr(sys.modules[module], warm)()
+                gc.freeze()
     except BaseException as exc:  # noqa: BLE001 - told to the client, which fails loudly
         server.sock.send(json.dumps({"error": f"{module}: {type(exc).__name__}: {exc}"}).encode())
     else:

@@ -257,3 +257,54 @@ def test_killing_the_server_kills_its_workers(server, tmp_path):
         w.close()
     with pytest.raises(SpawnError, match="is gone|closed its socket"):
         fs.spawn(_argv(), env=None, cwd=str(tmp_path), stdout=None, stderr=None)
+
+
+def test_a_worker_that_exited_unreported_takes_signals_and_nice_as_a_zombie_would(server, tmp_path):
+    """The server reaps a worker before its exit report reaches the agent; a slot switch in between
+    (SIGSTOP to it) must not fail: it once ended a quickstart run with ESRCH."""
+    fs = server()
+    w = fs.spawn(_argv("--exit", "0"), env=None, cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=None)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # until the server has reaped it: its pidfd then finds no process
+        try:
+            signal.pidfd_send_signal(w.pidfd, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.005)
+    else:
+        pytest.fail("the server did not reap the worker within 10 s")
+    assert w.returncode is None  # the report is unread
+    w.stop()
+    w.cont()
+    w.set_nice(5)
+    assert w.reap(5) == 0
+    # Once its exit is known here, it is gone, as a reaped child is.
+    with pytest.raises(ProcessLookupError):
+        w.stop()
+    with pytest.raises(ProcessLookupError):
+        w.set_nice(0)
+    w.close()
+
+
+def test_preload_module_colon_function_fills_a_cache_every_worker_inherits(server, tmp_path):
+    (tmp_path / "fs_cache.py").write_text(
+        "import functools\n"
+        "CALLS = []\n"
+        "@functools.lru_cache(maxsize=1)\n"
+        "def scan():\n"
+        "    CALLS.append(1)\n"
+        "    return 42\n"
+    )
+    (tmp_path / "fs_use.py").write_text(
+        "import fs_cache\n"
+        "if __name__ == '__main__':\n"
+        "    fs_cache.scan()\n"
+        "    print(len(fs_cache.CALLS), fs_cache.scan.cache_info().hits)\n"
+    )
+    fs = server(preload=["fs_cache:scan"])
+    w = fs.spawn(_argv(module="fs_use"), env=None, cwd=str(tmp_path), stdout=str(tmp_path / "u.out"),
+                 stderr=str(tmp_path / "u.err"))  # fmt: skip
+    assert w.reap(30) == 0, (tmp_path / "u.err").read_text()
+    w.close()
+    # Called once, in the server at start: the worker's call was a hit on what the server had filled.
+    assert (tmp_path / "u.out").read_text().split() == ["1", "1"]
