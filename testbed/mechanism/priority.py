@@ -85,7 +85,9 @@ def raise_session_group(nice: int = -10) -> tuple[str, str | None]:
     servers) is in the driver's session, so it weighed 1024 against the testbed cgroups' 10240
     (envelope.SHARES_V1): under load a slot's dispatch could reach its node late (gang skew p99 up to
     5.6 ms in one of 3 runs on a busy host). At nice -10 (9548) it competes with the nodes as an equal,
-    and both far outweigh other sessions. Never raises."""
+    and both far outweigh other sessions. Where no autogroup applies (autogroups off, or a session left in
+    the root group: the file reads empty, as in CI), each process weighs as itself, the agents' threads at
+    nice -10: nothing to raise. Never raises."""
     path = "/proc/self/autogroup"
     try:
         with open(path) as f:
