@@ -232,7 +232,10 @@ class Comm:
                 sock.sendall(hdr)
                 sock.sendall(data)
         except OSError as exc:
-            raise CommError(f"send to rank {dst} via NIC {self.nics[dst]} failed: {exc}") from exc
+            if sock is self._local:
+                raise CommError(f"own NIC {self.node_nic} is gone: {exc}") from exc
+            # Another node's NIC went away with its node: a consequence, whose cause the coordinator finds.
+            raise PeerGone(f"send to rank {dst} via NIC {self.nics[dst]} failed: {exc}") from exc
         if wait:
             self._wait_delivered(dst)
 

@@ -151,6 +151,22 @@ elif scenario == "ackdeath":
             c.recv(0)
         except CommError as exc:
             out["error"] = str(exc)
+elif scenario == "nodegone":
+    # rank 0 sends to rank 1 until the send fails: the test closed node 1's NIC (its node died)
+    if r == 0:
+        from testbed.apps.tbcomm import PeerGone
+        sys.stdin.readline()
+        try:
+            for _ in range(1000):
+                c.send(1, b"x" * 4096)
+                time.sleep(0.002)
+        except PeerGone as exc:
+            out["peer_gone"] = str(exc)
+        except CommError as exc:
+            out["error"] = str(exc)
+        c.abort()
+    print(json.dumps(out), flush=True)
+    sys.exit(0)
 elif scenario == "death":
     if r == 0:
         time.sleep(0.2)
@@ -491,6 +507,19 @@ def test_standing_receive_pushes_and_counts_until_acknowledged(cluster_factory) 
     assert s1["unconsumed"] == 0 and s1["waiting"] == 0  # BYE acknowledged the rest
     assert s1["messages_out"] == s1["arrivals"] == 5  # four + the barrier's reply
     assert cl.hooks[1].events == []
+
+
+def test_a_send_to_a_dead_nodes_nic_is_a_peer_gone_not_the_cause(cluster_factory) -> None:
+    """The sender's failure is a consequence (the worker exits EXIT_PEER_GONE, and the coordinator names
+    the dead node): reported as its own cause, it once hid the dead node from the fault test."""
+    cl = cluster_factory(2)
+    p0, p1 = cl.worker("nodegone", "j", [0, 1], stdin=True)
+    assert results([p1]) == [{}]
+    cl.on_loop(1, cl.nics[1].close)
+    p0.stdin.write("go\n")
+    p0.stdin.flush()
+    (r0,) = results([p0])
+    assert "send to rank 1 via NIC" in r0.get("peer_gone", ""), r0
 
 
 def test_standing_receive_fails_when_a_peer_dies(cluster_factory) -> None:
