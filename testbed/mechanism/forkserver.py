@@ -151,10 +151,27 @@ class ForkedWorker(BaseWorker):
             raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout)
         return self._returncode
 
-    # A worker exits, the server reaps it, and its report reaches the agent a little later: in between the
-    # kernel answers ESRCH for it (through the pidfd: the same process, never a reused pid), as early as
-    # while it is exiting. To the agent it is a zombie, as an exec'd child is until reaped: a signal or a
-    # nice must do nothing then, not fail (a slot switch in that window, 0.3 ms, failed a quickstart run).
+    # A worker exits, the server reaps it, and its report waits on the exit socket until the agent's loop
+    # reaps it here (``reap``/``poll``). Until then it is, to the agent, what an exec'd child is before its
+    # parent reaps it: a zombie. So nothing else consumes the report (a CPU sample that did made the next
+    # slot switch signal a worker already reaped here, and ProcessLookupError failed quickstart runs), and a
+    # signal or a nice in that window does nothing, where the kernel answers ESRCH (through the pidfd: the
+    # same process, never a reused pid), as early as while the worker is exiting.
+
+    def _peek_exit_cpu(self) -> float | None:
+        """The CPU time in the unread exit report, if there is one (the report stays for ``reap``)."""
+        try:
+            data = self._exit_sock.recv(_EXIT.size, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except OSError:  # BlockingIOError: no report yet
+            return None
+        if len(data) != _EXIT.size:
+            return None
+        cpu_ns = _EXIT.unpack(data)[1]
+        return cpu_ns / 1e9 if cpu_ns >= 0 else None
+
+    def _check_alive(self) -> None:
+        if self._returncode is not None or self.pidfd < 0:
+            raise ProcessLookupError(self.pid)
 
     def signal(self, sig: int) -> None:
         try:
@@ -164,9 +181,7 @@ class ForkedWorker(BaseWorker):
                 raise
 
     def set_nice(self, n: int) -> None:
-        if self._returncode is not None or self.pidfd < 0:
-            raise ProcessLookupError(self.pid)
-        # Not BaseWorker's poll(): that would take the exit report from the agent's loop, which acts on it.
+        self._check_alive()
         try:
             signal.pidfd_send_signal(self.pidfd, 0)
             tids = os.listdir(f"/proc/{self.pid}/task")
@@ -179,9 +194,19 @@ class ForkedWorker(BaseWorker):
                 pass  # the thread exited meanwhile
 
     def cpu_time_s(self) -> float:
-        if self.poll() is not None and self.cpu_at_exit_s is not None:
+        if self._returncode is not None and self.cpu_at_exit_s is not None:
             return self.cpu_at_exit_s  # read by the server from the zombie, before it reaped it
-        return super().cpu_time_s()
+        self._check_alive()
+        cpu = self._peek_exit_cpu()
+        if cpu is not None:
+            return cpu
+        try:
+            return super().cpu_time_s()
+        except (FileNotFoundError, ProcessLookupError):
+            cpu = self._peek_exit_cpu()  # reaped by the server meanwhile: its report has the figure
+            if cpu is None:
+                raise ProcessLookupError(self.pid) from None
+            return cpu
 
     def close(self) -> None:
         super().close()
