@@ -177,21 +177,15 @@ class ForkedWorker(BaseWorker):
         try:
             super().signal(sig)
         except ProcessLookupError:
-            if self._returncode is not None or self.pidfd < 0:
-                raise
+            self._check_alive()  # raises once reaped here; before that, as to a zombie, nothing
 
     def set_nice(self, n: int) -> None:
         self._check_alive()
         try:
             signal.pidfd_send_signal(self.pidfd, 0)
-            tids = os.listdir(f"/proc/{self.pid}/task")
+            super().set_nice(n)  # its _check_alive is the one above: the report stays unread
         except (ProcessLookupError, FileNotFoundError):
-            return  # exiting or reaped by the server: its pid may be someone else's from now on
-        for tid in tids:
-            try:
-                os.setpriority(os.PRIO_PROCESS, int(tid), n)
-            except ProcessLookupError:
-                pass  # the thread exited meanwhile
+            pass  # exiting or reaped by the server: its pid may be someone else's from now on
 
     def cpu_time_s(self) -> float:
         if self._returncode is not None and self.cpu_at_exit_s is not None:
