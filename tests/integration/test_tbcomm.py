@@ -152,7 +152,9 @@ elif scenario == "ackdeath":
         except CommError as exc:
             out["error"] = str(exc)
 elif scenario == "nodegone":
-    # rank 0 sends to rank 1 until the send fails: the test closed node 1's NIC (its node died)
+    # rank 0 sends to rank 1 until the send fails: the test closed node 1's NIC (its node died). The
+    # barrier holds rank 1 until rank 0 has connected to every NIC: closed before, it refused the connect.
+    c.barrier()
     if r == 0:
         from testbed.apps.tbcomm import PeerGone
         sys.stdin.readline()
