@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 
 import pytest
 
@@ -22,6 +23,15 @@ def pytest_addoption(parser):
         default=False,
         help=f"run each fault test {SOAK_RUNS} times instead of once (the extra runs are marked soak)",
     )
+
+
+def pytest_configure(config):
+    # A background job of a non-interactive shell (`pytest &` in a script) starts with SIGINT ignored,
+    # and every run the tests start would inherit that: the Ctrl-C tests then hang until their timeout.
+    # A handler here is reset to the default in each child at exec, so the runs take Ctrl-C as from a
+    # terminal.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):
