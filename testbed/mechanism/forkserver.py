@@ -10,10 +10,14 @@ object is compiled there once; the child runs it directly. Anything else (``mpie
 interpreter, interpreter options) goes through :func:`testbed.mechanism.process.spawn`'s exec path.
 
 The server keeps ``POOL_SIZE`` children forked ahead, each past the generic part of a start (the fork
-itself, copy-on-write faults, the resets below; ~1-2 ms of CPU), waiting outside the envelope: a
-request goes to one of them, which joins the envelope and runs the module, and the server forks its
-replacement after it has answered. A pooled child has the code of every module loaded before its
-fork; loading a new one retires the pool.
+itself, copy-on-write faults, the resets below; ~1-2 ms of CPU) and then past the envelope's join,
+waiting in the envelope: a request goes to one of them, which runs the module, and the server forks its
+replacement after it has answered. The join is done ahead because a v1 cgroup attach waits for an RCU
+grace period under a host-wide lock: 13-21 ms of wall time per start here (median, 16 ranks starting
+together, which queue on that lock), 2 emulated ms at TDF 9.4, and up to 4 when they queue. A waiting
+child costs its node no CPU. A pooled child that could not join leaves it to its request, which then
+fails with the step's one line. A pooled child has the code of every module loaded before its fork;
+loading a new one retires the pool.
 
 The child gets what ``process.spawn`` guarantees, before the first instruction of the worker:
 
@@ -32,12 +36,12 @@ A step that fails writes ``fork server: child setup failed at <step>: <error>`` 
 and exits 127 (the agent's one-line reason), as ``spawn`` raises naming the step.
 
 Where the server lives: outside the node's envelope, in the agent's cgroup (a child joins the envelope
-once it has its request, before the worker's first instruction). Inside it, the server would answer a
-fork request, and report an exit, only when the node's CFS quota allows: up to a period later (90 ms
-real at TDF 9.4 = 9.6 emulated ms) on a node whose quota a running job has spent, and its pooled
-children's start would be the node's CPU. ``inside_envelope=True`` puts it there all the same, for an
-envelope that a process cannot join after its start (a container would need that; the tests cover
-it; it is not measured).
+before the worker's first instruction: while it waits in the pool, or else with its request). Inside
+it, the server would answer a fork request, and report an exit, only when the node's CFS quota allows:
+up to a period later (90 ms real at TDF 9.4 = 9.6 emulated ms) on a node whose quota a running job has
+spent, and its pooled children's start would be the node's CPU. ``inside_envelope=True`` puts it
+there all the same, for an envelope that a process cannot join after its start (a container would need
+that; the tests cover it; it is not measured).
 
 Exits: the server is the parent; it reaps each child (reading its CPU time from the zombie first) and
 writes ``(exit code, CPU ns)`` to a socket given to the client for that worker alone
@@ -407,6 +411,7 @@ class _Pooled:
 
     def __init__(self, chan: socket.socket, server_pid: int, codes: dict) -> None:
         self.chan, self.server_pid, self.codes = chan, server_pid, codes
+        self.joined = False  # the envelope, while waiting in the pool
 
 
 class _Server:
@@ -577,9 +582,10 @@ class _Server:
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _pooled(p: _Pooled) -> tuple[dict, list[int]]:
+def _pooled(p: _Pooled, join: list[bytes]) -> tuple[dict, list[int]]:
     """In a pooled child: the generic part of a worker's start (outside the envelope, before any
-    request), then wait for the request; returns it with its standard stream descriptors."""
+    request), then the envelope's join, then wait for the request; returns it with its standard stream
+    descriptors."""
     step = "prctl(PR_SET_PDEATHSIG, SIGKILL)"
     try:
         if _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
@@ -600,6 +606,11 @@ def _pooled(p: _Pooled) -> tuple[dict, list[int]]:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
         atexit._clear()  # the server's exit handlers are not the worker's
+        try:
+            _join(join)
+            p.joined = True
+        except OSError:
+            pass  # joined with the request, whose worker then gets the step's one line
         step = "waiting for a request"
         msg, fds, _, _ = socket.recv_fds(p.chan, _MAX_MSG, 3)
     except BaseException as exc:  # noqa: BLE001 - one line in the server's log, then exit 127
@@ -608,6 +619,15 @@ def _pooled(p: _Pooled) -> tuple[dict, list[int]]:
     if not msg:
         os._exit(0)  # the server retired this child, or is closing
     return json.loads(msg), fds
+
+
+def _join(join: list[bytes]) -> None:
+    for path in join:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
 
 
 def _become_worker(p: _Pooled, req: dict, fds: list[int], join: list[bytes]) -> None:
@@ -621,12 +641,8 @@ def _become_worker(p: _Pooled, req: dict, fds: list[int], join: list[bytes]) -> 
         for fd in set(fds) - {0, 1, 2}:
             os.close(fd)
         step = "envelope join"
-        for path in join:
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
+        if not p.joined:
+            _join(join)
         step = "close descriptors"
         p.chan.close()
         os.closerange(3, 1 << 20)
@@ -693,7 +709,7 @@ def main(argv: list[str] | None = None) -> int:
     # In a forked child from here on. It ends as `python -m` would end (exit handlers, non-daemon
     # threads, flushed streams) but skips the interpreter's teardown, which would touch, and so copy,
     # every page of the server's objects (measured: ~7 ms of the worker's CPU).
-    req, fds = _pooled(pooled)
+    req, fds = _pooled(pooled, server.join)
     code = 0
     try:
         _become_worker(pooled, req, fds, server.join)
