@@ -140,6 +140,13 @@ def _write(path: str, value: str) -> None:
         os.close(fd)
 
 
+def join_files_now(paths) -> None:
+    """Puts the calling process into each membership file's group ("0" = the writer). Runs between fork
+    and exec, and in a fork server's child: os.open/write/close only."""
+    for path in paths:
+        _write(path, "0")
+
+
 def _read(path: str) -> str:
     with open(path) as f:
         return f.read()
@@ -358,12 +365,7 @@ class _V1ProcsFiles:
     _procs_files: list[str]
 
     def join_self(self) -> None:
-        for path in self._procs_files:
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                os.write(fd, b"0")  # 0 = the writing process
-            finally:
-                os.close(fd)
+        join_files_now(self._procs_files)
 
     def join_files(self) -> list[str]:
         return list(self._procs_files)
@@ -518,11 +520,7 @@ class CgroupV2Envelope(Envelope):
         _write(os.path.join(self.dir, "cpu.max"), f"{self.quota_us} {self.period_us}")
 
     def join_self(self) -> None:
-        fd = os.open(self._procs_file, os.O_WRONLY)
-        try:
-            os.write(fd, b"0")
-        finally:
-            os.close(fd)
+        join_files_now([self._procs_file])
 
     def join_files(self) -> list[str]:
         return [self._procs_file]

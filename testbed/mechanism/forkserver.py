@@ -80,6 +80,7 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from testbed.mechanism.envelope import join_files_now
 from testbed.mechanism.process import (
     KILL_REAP_TIMEOUT_S,
     BaseWorker,
@@ -607,7 +608,7 @@ def _pooled(p: _Pooled, join: list[bytes]) -> tuple[dict, list[int]]:
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
         atexit._clear()  # the server's exit handlers are not the worker's
         try:
-            _join(join)
+            join_files_now(join)
             p.joined = True
         except OSError:
             pass  # joined with the request, whose worker then gets the step's one line
@@ -619,15 +620,6 @@ def _pooled(p: _Pooled, join: list[bytes]) -> tuple[dict, list[int]]:
     if not msg:
         os._exit(0)  # the server retired this child, or is closing
     return json.loads(msg), fds
-
-
-def _join(join: list[bytes]) -> None:
-    for path in join:
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            os.write(fd, b"0")
-        finally:
-            os.close(fd)
 
 
 def _become_worker(p: _Pooled, req: dict, fds: list[int], join: list[bytes]) -> None:
@@ -642,7 +634,7 @@ def _become_worker(p: _Pooled, req: dict, fds: list[int], join: list[bytes]) -> 
             os.close(fd)
         step = "envelope join"
         if not p.joined:
-            _join(join)
+            join_files_now(join)
         step = "close descriptors"
         p.chan.close()
         os.closerange(3, 1 << 20)
