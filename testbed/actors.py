@@ -13,9 +13,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import os
+import shutil
 
 from testbed.agent import NodeAgent
+from testbed.clock import localize
 from testbed.coordinator import Coordinator, NodeProxy
+
+#: What :meth:`AgentHost.collect` leaves behind: the workers' scratch files (``TB_IO_DIR``), not results.
+_NOT_COLLECTED = ("io",)
 
 
 class AgentHost:
@@ -23,6 +28,11 @@ class AgentHost:
     through :meth:`call`, and process exits go to the coordinator actor's handle."""
 
     def __init__(self, cfgs: list[dict]) -> None:
+        if any(c.get("nic_host") == "ray-node" for c in cfgs):
+            import ray  # only in a Ray actor: its host's address, as the other hosts reach it
+
+            ip = ray.util.get_node_ip_address()
+            cfgs = [{**c, "nic_host": ip} if c.get("nic_host") == "ray-node" else c for c in cfgs]
         # In parallel: an agent's start waits for its fork server to import the worker modules.
         with cf.ThreadPoolExecutor(len(cfgs), thread_name_prefix="agent-init") as pool:
             futs = [pool.submit(NodeAgent, cfg) for cfg in cfgs]
@@ -79,17 +89,52 @@ class AgentHost:
     def pid(self) -> int:
         return os.getpid()
 
+    def where(self) -> dict:
+        """Where this process runs: its Ray node and address (a joined cluster's placement, for the
+        summary)."""
+        import ray
+
+        return {
+            "nodes": sorted(self.agents),
+            "pid": os.getpid(),
+            "ray_node": ray.get_runtime_context().get_node_id(),
+            "ip": ray.util.get_node_ip_address(),
+        }
+
+    def collect(self) -> dict[str, bytes]:
+        """The files of this process's agents written under their scratch folders (NodeConfig.scratch),
+        by path relative to the run folder; the folders are removed. Called after :meth:`shutdown`."""
+        files: dict[str, bytes] = {}
+        for a in self.agents.values():
+            if not a.cfg.scratch:
+                continue
+            root = a.run_dir
+            for path in sorted(root.rglob("*")):
+                rel = path.relative_to(root)
+                if path.is_file() and rel.parts[0] not in _NOT_COLLECTED:
+                    files[str(rel)] = path.read_bytes()
+            shutil.rmtree(root, ignore_errors=True)
+            try:
+                root.parent.rmdir()  # the run's folder on this host, once its last node's is gone
+            except OSError:
+                pass
+        return files
+
     def info(self) -> list[dict]:
         return self._each(lambda a: a.info())
 
-    def probe(self, seconds: float, start_at: float) -> list[dict]:
+    def probe(self, seconds: float, start_at: float, where: tuple[str, float]) -> list[dict]:
+        """``start_at``: a CLOCK_MONOTONIC reading on the host ``where`` (the driver's clock.origin())."""
+        start_at = localize(start_at, where)
         return self._each(lambda a: a.probe(seconds, start_at))
 
     def record_probe(self, results: list[dict]) -> None:
         for r in results:
             self.agents[r["node"]].record_probe(r)
 
-    def set_run(self, t0: float, coordinator=None) -> None:
+    def set_run(self, t0: float, where: tuple[str, float], coordinator=None) -> None:
+        """``t0``: emulated time 0, a CLOCK_MONOTONIC reading on the host ``where`` (clock.origin())."""
+        t0 = localize(t0, where)
         notify = None
         if coordinator is not None:
 

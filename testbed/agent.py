@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -84,6 +85,17 @@ class NodeConfig:
     preload: tuple[str, ...] = ()
     #: None: no exporter; else {host, port, scrape_interval_s, idle_watts, busy_watts, job_classes}.
     monitoring: dict | None = None
+    #: The address the NIC listens on: loopback on one host; the host's own address when the nodes are
+    #: spread over a Ray cluster (another host's workers connect to it).
+    nic_host: str = "127.0.0.1"
+    #: True when this host may not see the driver's ``run_dir`` (a joined Ray cluster): the agent writes
+    #: its logs and events under :func:`scratch_dir` instead, and the driver collects them at the end.
+    scratch: bool = False
+
+
+def scratch_dir(run_id: str, node: int) -> Path:
+    """Node ``node``'s folder on its own host when the run folder is the driver's alone."""
+    return Path(tempfile.gettempdir()) / f"testbed-{run_id}" / f"node{node}"
 
 
 @dataclass
@@ -119,7 +131,7 @@ class NodeAgent:
             # Workers run in other working directories: a relative path would name another place there.
             raise ValueError(f"run_dir must be absolute, got {self.cfg.run_dir!r}")
         self.node = self.cfg.node
-        self.run_dir = Path(self.cfg.run_dir)
+        self.run_dir = scratch_dir(self.cfg.run_id, self.node) if self.cfg.scratch else Path(self.cfg.run_dir)
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         (self.run_dir / "io").mkdir(parents=True, exist_ok=True)
         # Until the run's clock is set, emulated time is measured from agent start.
@@ -170,6 +182,7 @@ class NodeAgent:
             report_messages=self.policy.wants_message_events,
             latency_s=self.cfg.latency_s,
             bandwidth_Bps=self.cfg.bandwidth_Bps,
+            host=self.cfg.nic_host,
         )
         self.nic_address = self.lt.call(self.nic.start)
         # Workers start by fork from a server with their modules imported: start-up is not the job's.

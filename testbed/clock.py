@@ -1,7 +1,9 @@
 """One clock: emulated time, time-dilated from the host's CLOCK_MONOTONIC (docs/architecture.md, "One clock").
 
 real seconds = emulated seconds x TDF. Every process on one host reads the same CLOCK_MONOTONIC, so a
-clock built from the same ``t0`` agrees across the driver, the actors and the workers.
+clock built from the same ``t0`` agrees across the driver, the actors and the workers. Another host's
+CLOCK_MONOTONIC has another origin (its boot): a reading crosses hosts through the wall clock
+(:func:`origin`, :func:`localize`), which NTP keeps within a millisecond or so between machines.
 """
 
 from __future__ import annotations
@@ -29,6 +31,26 @@ def auto_tdf(emulated_cpus: float, cores: int | None = None, reserve: float = CO
     cores = cores or host_cores()
     usable = max(cores - reserve, 0.5 * cores)
     return max(1.0, emulated_cpus / usable)
+
+
+def origin() -> tuple[str, float]:
+    """This host's CLOCK_MONOTONIC, as another process can place it: (the kernel's boot id, wall clock
+    minus CLOCK_MONOTONIC now). Containers on one kernel share its boot id and its CLOCK_MONOTONIC."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            boot = fh.read().strip()
+    except OSError:  # not Linux: no way to tell hosts apart, so every reading goes through the wall clock
+        boot = ""
+    return boot, time.time() - time.monotonic()
+
+
+def localize(t_mono: float, where: tuple[str, float]) -> float:
+    """A CLOCK_MONOTONIC reading taken on the host ``where`` (its :func:`origin`), on this host's
+    CLOCK_MONOTONIC: unchanged on the same kernel, else carried over through the two wall clocks."""
+    boot, offset = origin()
+    if boot and boot == where[0]:
+        return t_mono
+    return t_mono + where[1] - offset
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""The Ray backend: a local Ray instance, NodeAgents ``cluster.nodes_per_process`` to an actor
-(testbed.actors.AgentHost), a Coordinator actor.
+"""The Ray backend: a local Ray instance (or a Ray cluster it joins: ``cluster.ray_address``), NodeAgents
+``cluster.nodes_per_process`` to an actor (testbed.actors.AgentHost), a Coordinator actor.
 
 Bring-up, the CPU-rate probe, the run, and a teardown that every
 exit path goes through. A detached janitor process watches this driver: if the driver is killed
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from testbed import events as ev
 from testbed.actors import AgentHost, CoordinatorActor
 from testbed.agent import WORKER_MODULES, NodeConfig
+from testbed.clock import origin
 from testbed.mechanism.priority import raise_session_group, restore_session_group
 
 if TYPE_CHECKING:  # the actor processes import this module's actors only: keep pydantic out of them
@@ -35,6 +36,8 @@ log = logging.getLogger("testbed")
 PROBE_START_DELAY_S = 0.5
 #: Real seconds between fixing emulated time 0 and reaching it: every node must know the clock first.
 CLOCK_START_DELAY_S = 0.3
+#: The Ray resource a joined cluster's node offers for each agent process it hosts (k8s/: one per pod).
+NODE_RESOURCE = "testbed_node"
 
 
 class RayStartError(RuntimeError):
@@ -94,8 +97,10 @@ def run_ray(
         run_id, [os.getpid()], run_dir=str(run_dir), session_nice=(os.getsid(0), old_nice)
     )
     hosts: list = []
+    groups: list[list[int]] = []
     coordinator = None
     ended = "error"
+    joined = scn.cluster.ray_address is not None
     # Every process Ray starts for this run (gcs_server, raylet, its agents, the actor workers) inherits
     # the run's mark, so the janitor finds and kills them too if this driver is killed: left alone they
     # linger 30-60 s. This process's own /proc environ is its start-up one: the janitor never sees it.
@@ -115,9 +120,10 @@ def run_ray(
         on_term = signal.getsignal(signal.SIGTERM)
         try:
             ray.init(
-                # Always a fresh local instance: an exported RAY_ADDRESS would attach this run to another
-                # cluster, or retry a dead address for minutes with Ctrl-C unable to stop it.
-                address="local",
+                # Unless the scenario names a cluster, always a fresh local instance: an exported
+                # RAY_ADDRESS would attach this run to another cluster, or retry a dead address for
+                # minutes with Ctrl-C unable to stop it.
+                address=c.ray_address if joined else "local",
                 include_dashboard=False,
                 logging_level=logging.ERROR,
                 log_to_driver=False,
@@ -132,6 +138,18 @@ def run_ray(
         # Calls that block (a rank's start, a probe, a kill) run on the actor's threads: some per node.
         Host = ray.remote(num_cpus=0, max_concurrency=4 + 4 * per)(AgentHost)
         Coord = ray.remote(num_cpus=0, max_concurrency=8)(CoordinatorActor)
+        host_opts: dict = {}
+        if joined:
+            # Each agent process on a Ray node that offers the resource, the coordinator beside this
+            # driver: its event file lands in the run folder, and it reads the driver's clock.
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            host_opts["resources"] = {NODE_RESOURCE: 1}
+            Coord = Coord.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(
+                    ray.get_runtime_context().get_node_id(), soft=False
+                )
+            )
         mon = _monitoring(scn, jobs)
         phase(f"starting {c.nodes} node agents in {len(groups)} processes")
         cfgs = [
@@ -152,6 +170,8 @@ def run_ray(
                 bandwidth_Bps=c.network.bandwidth_mbps * 1e6 / 8 if c.network.bandwidth_mbps else None,
                 monitoring=mon,
                 preload=tuple(sorted({j.kind.__module__ for j in jobs} - set(WORKER_MODULES))),
+                nic_host="ray-node" if joined else "127.0.0.1",
+                scratch=joined,
             ).__dict__
             for n in range(c.nodes)
         ]
@@ -166,9 +186,11 @@ def run_ray(
                 head["monitoring"] = {**mon, "head": True}
             cfgs.append(head)
             groups.append([c.nodes])
+        if joined:
+            _check_node_resources(ray, c.ray_address, len(groups), c.nodes, per, len(cfgs) > c.nodes)
         for g in groups:
             name = f"node{g[0]}" if len(g) == 1 else f"nodes{g[0]}-{g[-1]}"
-            hosts.append(Host.options(name=name).remote([cfgs[n] for n in g]))
+            hosts.append(Host.options(name=name, **host_opts).remote([cfgs[n] for n in g]))
         # The cluster's own agents: the probe and the node metrics are theirs (the head's host is last).
         cluster_hosts = hosts[: -1 if len(cfgs) > c.nodes else None]
         try:
@@ -178,6 +200,8 @@ def run_ray(
         facts["envelope"] = infos[0]["envelope"]
         facts["envelope_note"] = infos[0]["envelope_note"]
         facts["agent_priority"] = sorted({i["priority"] for i in infos})
+        if joined:
+            facts["agent_hosts"] = ray.get([h.where.remote() for h in hosts])
         if facts["envelope_note"]:
             log.warning(facts["envelope_note"])
         if mon:
@@ -188,7 +212,8 @@ def run_ray(
         if scn.clock.rate_probe_s > 0:
             phase(f"probing CPU rate ({scn.clock.rate_probe_s:g} s at full load)")
             start_at = time.monotonic() + PROBE_START_DELAY_S
-            batches = ray.get([h.probe.remote(scn.clock.rate_probe_s, start_at) for h in cluster_hosts])
+            here = origin()
+            batches = ray.get([h.probe.remote(scn.clock.rate_probe_s, start_at, here) for h in cluster_hosts])
             ray.get([h.record_probe.remote(b) for h, b in zip(cluster_hosts, batches, strict=True)])
             facts["cpu_rate_error_max"] = max(abs(p["error"]) for b in batches for p in b)
 
@@ -216,7 +241,8 @@ def run_ray(
             coord_sd = ray.get(coordinator.metrics_address.remote())
             _write_targets(run_dir, run_id, nodes_sd, coord_sd, mon, head_sd)
         t0 = time.monotonic() + CLOCK_START_DELAY_S
-        ray.get([h.set_run.remote(t0, coordinator) for h in hosts])
+        here = origin()
+        ray.get([h.set_run.remote(t0, here, coordinator) for h in hosts])
         ray.get(coordinator.start.remote(t0))
         deadline = t_begin + scn.wall_limit_s
         while True:
@@ -254,6 +280,8 @@ def run_ray(
     finally:
         facts["ended"] = ended
         _teardown(hosts, coordinator, ended)
+        if joined:
+            facts["logs_lost"] = _collect(hosts, groups, run_dir)
         try:
             ray.shutdown()
         except Exception as exc:  # noqa: BLE001 - teardown must go on
@@ -272,6 +300,41 @@ def run_ray(
             janitor.kill()
         ev.merge(sorted((run_dir / "events").glob("*.jsonl")), run_dir / "events.jsonl")
     return facts
+
+
+def _check_node_resources(ray, address: str, need: int, nodes: int, per: int, head: bool) -> None:
+    """A joined cluster must offer one ``testbed_node`` per agent process, or the agents would wait for
+    a Ray node forever: refused here, with the count and the fix."""
+    have = ray.cluster_resources().get(NODE_RESOURCE, 0)
+    if have >= need:
+        return
+    why = f"{nodes} nodes at cluster.nodes_per_process {per}" + (", plus the head node" if head else "")
+    raise RayStartError(
+        f"cluster.ray_address {address}: the Ray cluster offers {have:g} '{NODE_RESOURCE}' resources and "
+        f"this run needs {need}, one per agent process ({why}); start more Ray nodes with "
+        f"`ray start --address ... --resources '{{\"{NODE_RESOURCE}\": K}}'` (k8s/: one per worker pod), or "
+        "raise cluster.nodes_per_process"
+    )
+
+
+def _collect(hosts: list, groups: list[list[int]], run_dir: Path) -> list[int]:
+    """Brings each agent process's files (events, logs: written on its own host) into the run folder;
+    returns the nodes whose files were lost with their process."""
+    import ray
+
+    lost: list[int] = []
+    for h, nodes in zip(hosts, groups, strict=False):  # hosts: those started before an error
+        try:
+            files = ray.get(h.collect.remote(), timeout=60)
+        except Exception as exc:  # noqa: BLE001 - a dead host took its files with it: said, and the rest kept
+            log.warning("the events and logs of nodes %s were lost: %s", nodes, root_cause(exc))
+            lost.extend(nodes)
+            continue
+        for rel, data in files.items():
+            path = run_dir / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+    return lost
 
 
 def _monitoring(scn: Scenario, jobs: Sequence[Job]) -> dict | None:

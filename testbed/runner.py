@@ -383,6 +383,9 @@ def _write_real(scn: Scenario, run_dir: Path, tdf: float, facts: dict) -> dict:
         "envelope_note": facts.get("envelope_note"),
         "nodes_down": facts.get("nodes_down"),
         "host_cores": host_cores(),
+        # A joined Ray cluster's run (cluster.ray_address): where each agent process ran, and the nodes
+        # whose events and logs went with a host that died.
+        **{k: facts[k] for k in ("agent_hosts", "logs_lost") if k in facts},
     }
     return results.write(run_dir, events, results.facts_of(scn, "ray", tdf, envelope), extra)
 

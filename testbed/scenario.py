@@ -92,8 +92,28 @@ class ClusterConfig(_Model):
         "(`python benchmarks/core.py --only per_process` measured the default: control CPU 11.2 % of "
         "the host at 1, 6.7 % at 4, 5.2 % at 8, 6.1 % at 16 per process)",
     )
+    ray_address: str | None = Field(
+        None,
+        description="null: the run starts a Ray of its own on this host. 'auto' (the Ray cluster this "
+        "process runs in, as a RayJob's entrypoint does) or 'HOST:PORT' (a cluster's GCS): the node agents "
+        "run on that cluster's Ray nodes that offer the resource 'testbed_node', one per agent process "
+        "(docs/architecture.md, 'Across hosts')",
+    )
     power: PowerModel = Field(default_factory=PowerModel)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
+
+    @field_validator("ray_address")
+    @classmethod
+    def _ray_address(cls, v):
+        if v is None or v == "auto":
+            return v
+        host, _, port = v.rpartition(":")
+        if not host or not port.isdigit() or "/" in v:
+            raise ValueError(
+                f"'{v}' is not a Ray cluster address: give 'auto' or the GCS as HOST:PORT (e.g. "
+                "127.0.0.1:6379); Ray Client addresses (ray://) are not supported"
+            )
+        return v
 
 
 class ClockConfig(_Model):
@@ -387,6 +407,12 @@ class Scenario(_Model):
                 "lower it or add nodes"
             )
         self._check_apps()
+        if self.cluster.ray_address is not None and self.clock.tdf == "auto":
+            # "auto" divides the emulated CPUs by this host's cores, which do not run the nodes then.
+            raise ValueError(
+                "clock.tdf: 'auto' cannot be used with cluster.ray_address (the nodes run on other hosts); "
+                "give the dilation as a number: 1 when every emulated CPU has a real core of its own"
+            )
         d = self.workload.divisible
         if d is not None and d.nodes is not None and d.nodes > self.cluster.nodes:
             raise ValueError(

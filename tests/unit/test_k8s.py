@@ -84,13 +84,17 @@ def test_every_shipped_scenario_renders_to_valid_manifests(path, tmp_path):
     k8s.write(files, tmp_path / "out")
     scn = load(tmp_path / "out" / "scenario.yaml")
     assert scn.cluster.envelope == "pod" and scn.cluster.nodes_per_process == 1
+    assert scn.cluster.ray_address == "auto"  # the entrypoint joins the RayJob's cluster
     assert job["spec"]["entrypoint"].startswith(f"testbed run {k8s.MOUNT}/scenario.yaml ")
     assert "scenario.yaml" in cms["testbed-scenario"]["data"]
     if scn.workload.trace is not None:
         assert set(cms["testbed-scenario"]["binaryData"]) == {Path(scn.workload.trace.path).name}
-    # One emulated node per worker pod; every pod has the named metrics port the scenario binds.
+    # One emulated node per worker pod (and one for a head node: paper 001's divisible-load head); every
+    # pod has the named metrics port the scenario binds; each worker pod offers one agent process's place.
     (group,) = job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
-    assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == scn.cluster.nodes
+    pods = scn.cluster.nodes + (1 if scn.workload.divisible is not None else 0)
+    assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == pods
+    assert json.loads(group["rayStartParams"]["resources"]) == {"testbed_node": 1}
     # A scenario without monitoring gets no PodMonitor and no dashboards: nothing would be scraped.
     assert (mon is not None) == scn.monitoring.enabled == ("testbed-grafana-dashboards" in cms)
     for t in pod_templates(job):

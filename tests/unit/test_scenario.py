@@ -92,6 +92,31 @@ def test_effective_tdf():
     assert scenario.effective_tdf(load(doc={**MINI, "clock": {"tdf": 3}}), cores=2) == 3.0
 
 
+def test_a_joined_ray_cluster_needs_an_address_of_its_kind_and_a_fixed_tdf():
+    joined = {**MINI, "cluster": {"ray_address": "10.0.0.5:6379"}, "clock": {"tdf": 1}}
+    assert load(doc=joined).cluster.ray_address == "10.0.0.5:6379"
+    assert load(doc={**joined, "cluster": {"ray_address": "auto"}}).cluster.ray_address == "auto"
+    msg = _err({**MINI, "cluster": {"ray_address": "auto"}})
+    assert "clock.tdf" in msg and "cluster.ray_address" in msg and "give the dilation as a number" in msg
+    for bad in ("ray://head:10001", "head", "head:port"):
+        msg = _err({**joined, "cluster": {"ray_address": bad}})
+        assert "cluster.ray_address" in msg and "HOST:PORT" in msg, bad
+
+
+def test_a_monotonic_reading_crosses_hosts_through_the_wall_clock():
+    import time
+
+    from testbed import clock
+
+    boot, offset = clock.origin()
+    assert offset == pytest.approx(time.time() - time.monotonic(), abs=0.01)
+    # Same kernel: the reading is this host's already, unchanged even if the wall clock were off.
+    assert clock.localize(123.0, (boot, offset + 50.0)) == 123.0
+    # Another host, whose wall clock minus CLOCK_MONOTONIC is 50 s more than ours: at any instant its
+    # CLOCK_MONOTONIC reads 50 s less than ours (the wall clocks agreeing), so its reading is 50 s more here.
+    assert clock.localize(123.0, ("another-boot", offset + 50.0)) == pytest.approx(173.0, abs=0.01)
+
+
 def test_iters_per_unit_is_refused_saying_it_is_gone():
     with pytest.raises(ScenarioError, match=r"clock: iters_per_unit: removed: .*thread CPU time.*delete"):
         load(doc={"clock": {"iters_per_unit": 6000}, "workload": {"jobs": [{"size": 1}]}})
