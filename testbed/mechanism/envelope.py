@@ -492,32 +492,47 @@ class CgroupV1Envelope(_V1ProcsFiles, Envelope):
 
 
 class CgroupV2Envelope(Envelope):
-    """cpu.max + cpu.stat + cgroup.freeze + cgroup.kill in the unified hierarchy."""
+    """cpu.max + cpu.stat + cgroup.freeze + cgroup.kill in the unified hierarchy, from its root:
+
+        <mount>/testbed/<run_id>/node<k>
+
+    ``controllers``: what the node's subtree gets; without "cpu" the rate is not fixed. The tests run the
+    tree with hugetlb in cpu's place where, as here, cpu is bound to cgroup v1 (tests/integration/
+    test_pod_envelope.py).
+    """
 
     kind = "cgroup-v2"
     fixes_rate = True
 
-    def __init__(self, *args, **kwargs) -> None:  # Envelope's arguments
+    def __init__(self, *args, controllers: tuple[str, ...] = ("cpu",), **kwargs) -> None:  # Envelope's args
         super().__init__(*args, **kwargs)
-        why = probe_v2()
-        if why is not None:
+        self.controllers = tuple(controllers)
+        self.need_cpu = "cpu" in self.controllers
+        mnt, why = _v2_mount()
+        if self.need_cpu:
+            why = probe_v2()
+        if mnt is None or why is not None:
             raise EnvelopeUnavailable(f"cgroup-v2 envelope unavailable: {why}")
-        self.mount = _v2_mount()[0]
-        assert self.mount is not None
+        self.mount = mnt
+        self.fixes_rate = self.need_cpu
         self.dir = os.path.join(self.mount, TOP, self.run_id, self.name)
         self.quota_us = self._quota_us()
         self._procs_file = os.path.join(self.dir, "cgroup.procs")
 
     def create(self) -> None:
+        run = os.path.dirname(self.dir)
+        _makedirs(run)
+        # A controller reaches the node only if every ancestor's subtree_control enables it, down to the
+        # node's parent. The root cgroup may hold processes and still hand controllers down.
+        enable = " ".join(f"+{c}" for c in self.controllers)
+        for d in (self.mount, os.path.join(self.mount, TOP), run) if self.controllers else ():
+            _write(os.path.join(d, "cgroup.subtree_control"), enable)
+        if self.need_cpu:
+            for d in (os.path.join(self.mount, TOP), run):
+                _write(os.path.join(d, "cpu.weight"), str(WEIGHT_V2))
         _makedirs(self.dir)
-        # The cpu controller must be enabled in every ancestor's subtree_control down to the node's parent.
-        p = self.mount
-        for part in (TOP, self.run_id):
-            _write(os.path.join(p, "cgroup.subtree_control"), "+cpu")
-            p = os.path.join(p, part)
-            _write(os.path.join(p, "cpu.weight"), str(WEIGHT_V2))  # testbed/, testbed/<run_id>
-        _write(os.path.join(p, "cgroup.subtree_control"), "+cpu")
-        _write(os.path.join(self.dir, "cpu.max"), f"{self.quota_us} {self.period_us}")
+        if self.need_cpu:
+            _write(os.path.join(self.dir, "cpu.max"), f"{self.quota_us} {self.period_us}")
 
     def join_self(self) -> None:
         join_files_now([self._procs_file])
@@ -539,7 +554,7 @@ class CgroupV2Envelope(Envelope):
         raise RuntimeError(f"no usage_usec in {self.dir}/cpu.stat")
 
     def configured_rate(self) -> float | None:
-        return self.quota_us / self.period_us
+        return self.quota_us / self.period_us if self.need_cpu else None
 
     def _events(self) -> dict[str, str]:
         return dict(line.split() for line in _read(os.path.join(self.dir, "cgroup.events")).splitlines())
@@ -808,9 +823,6 @@ class PodEnvelope(CgroupV2Envelope):
         _makedirs(self.dir)
         if self.need_cpu:
             _write(os.path.join(self.dir, "cpu.max"), f"{self.quota_us} {self.period_us}")
-
-    def configured_rate(self) -> float | None:
-        return self.quota_us / self.period_us if self.need_cpu else None
 
 
 def probe_pod() -> str | None:

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 
 import pytest
@@ -153,3 +154,56 @@ def test_pod_envelope_refuses_outside_a_v2_cgroup(tmp_path):
     fake.write_text("4:memory:/x\n1:cpu:/\n")
     with pytest.raises(envmod.EnvelopeUnavailable, match=r"no cgroup v2 line \(0::\).*Delegate=yes"):
         envmod.own_v2_cgroup(str(fake))
+
+
+@pytest.mark.cgroup
+def test_cgroup_v2_envelope_builds_its_tree_from_the_hierarchys_root():
+    """envelope: cgroup-v2 (a host whose controllers are all in v2) on this host's real cgroup2 mount,
+    hugetlb in cpu's place (see the module doc): the tree from the root, joining, freezing, accounting,
+    cgroup.kill, and removal of everything it made."""
+    from testbed.mechanism.process import spawn
+
+    root = _v2_root()
+    require(root is not None, "no writable cgroup2 mount here")
+    hugetlb = "hugetlb" in open(os.path.join(root, "cgroup.controllers")).read().split()
+    require(hugetlb, "the cgroup2 hierarchy here offers no controller to test the tree logic with")
+    run = f"v2test-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(envmod.EnvelopeUnavailable) as ei:
+        envmod.CgroupV2Envelope(run, 0, 1.0, 1.0)
+    assert "the cpu controller is not available" in str(ei.value) and "\n" not in str(ei.value)
+    subtree = os.path.join(root, "cgroup.subtree_control")
+    had = "hugetlb" in open(subtree).read().split()
+    env = envmod.CgroupV2Envelope(run, 1, 1.0, 1.0, controllers=("hugetlb",))
+    assert not env.fixes_rate and env.configured_rate() is None
+    busy = None
+    try:
+        env.create()
+        assert env.dir == os.path.join(root, "testbed", run, "node1")
+        assert open(os.path.join(env.dir, "cgroup.controllers")).read().split() == ["hugetlb"]
+        busy = spawn([sys.executable, "-c", "while True: pass"], env=None, cwd=None, stdout=None, stderr=None,
+                     envelope=env)  # fmt: skip
+        assert f"0::/testbed/{run}/node1" in open(f"/proc/{busy.pid}/cgroup").read().splitlines()
+        assert env.pids() == [busy.pid]
+        deadline = time.monotonic() + 5
+        while env.cpu_usage_s() == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        env.freeze()
+        assert busy.state() in ("D", "S")  # v2 frozen tasks sleep (not T)
+        u1 = env.cpu_usage_s()
+        time.sleep(0.2)
+        assert env.cpu_usage_s() == u1 > 0
+        env.thaw()
+        time.sleep(0.2)
+        assert env.cpu_usage_s() > u1
+        env.freeze()
+        env.destroy()  # cgroup.kill: the frozen worker dies too
+        assert busy.reap(5) == -9
+        busy = None
+        assert not os.path.exists(os.path.join(root, "testbed", run))
+    finally:
+        if busy is not None:
+            busy.kill()
+        env.destroy()
+        if not had:
+            with open(subtree, "w") as f:
+                f.write("-hugetlb")
