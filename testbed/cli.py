@@ -17,6 +17,23 @@ err = Console(stderr=True, soft_wrap=True)  # error lines stay whole: people gre
 out = Console()
 
 
+def _print_table(table) -> None:
+    """A table whole: to a terminal at its width (rich wraps the cells), elsewhere (a file, CI's log) at the
+    table's natural width, which rich would otherwise squeeze into 80 columns and cut with '…'."""
+    if out.is_terminal:
+        out.print(table)
+        return
+    from rich.measure import Measurement
+
+    natural = Measurement.get(out, out.options.update(width=10_000), table).maximum
+    width = out.width
+    out.width = max(width, natural)  # print(width=...) is capped at the console's width
+    try:
+        out.print(table)
+    finally:
+        out.width = width
+
+
 def _sigterm_to_interrupt(signum, frame):
     # SIGTERM takes the same teardown path as Ctrl-C: no worker, cgroup or actor is left behind.
     raise KeyboardInterrupt
@@ -142,7 +159,7 @@ def run(
             from testbed import sweep
 
             rows = sweep.read_csv(dest / "comparison.csv")
-            out.print(sweep.table(rows, title=f"{scn.name}: sweep (interrupted)"))
+            _print_table(sweep.table(rows, title=f"{scn.name}: sweep (interrupted)"))
             err.print(
                 f"[yellow]interrupted[/yellow]: the comparison of what finished: {dest / 'comparison.csv'}"
             )
@@ -167,7 +184,7 @@ def run(
         from testbed import sweep
 
         title = f"{scn.name}: sweep of {len(summaries)} variants, {backend}"
-        out.print(sweep.table(summaries, title=title))
+        _print_table(sweep.table(summaries, title=title))
         out.print(f"comparison: {dest / 'comparison.csv'}; plots: {dest / 'plots'}")
         out.print(f"results: {dest}")
         bad = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 
@@ -91,3 +92,23 @@ def test_three_variant_sweep_in_the_simulator(tmp_path):
         img = mpimg.imread(png)
         assert img.shape[0] >= 300 and img.shape[1] >= 500, (png, img.shape)
         assert img[..., :3].std() > 0.05, png  # bars, axes and labels, not a blank canvas
+
+
+def test_a_many_variant_table_is_printed_whole_when_stdout_is_a_file(tmp_path):
+    # Past sweep.TABLE_COLUMNS_MAX variants the table has a row per variant and a column per metric: about
+    # 190 characters wide, which rich squeezed into 80 and cut with '…' in a log or a redirected file.
+    doc = {**SCENARIO, "sweep": {"scheduler.params.quantum_ms": [40, 60, 80, 100, 120, 140, 160]}}
+    doc["workload"] = {**SCENARIO["workload"], "generator": {**SCENARIO["workload"]["generator"], "count": 3}}
+    scn = tmp_path / "sweep.yaml"
+    scn.write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    cmd = [sys.executable, "-m", "testbed.cli", "run", str(scn), "--backend", "sim", "--out", str(out), "-q"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "…" not in p.stdout, p.stdout
+    header = next(ln for ln in p.stdout.splitlines() if "variant" in ln and "response time" in ln)
+    assert len(header) > 80 and "utilisation" in header, header
+    with open(out / "comparison.csv") as fh:
+        names = [r["variant"] for r in csv.DictReader(fh)]
+    assert len(names) == 7 and all(n in p.stdout for n in names)
