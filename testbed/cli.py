@@ -121,6 +121,10 @@ def run(
     # Only now, with every check passed, does a results folder appear.
     dest = runner.claim_out(out_dir, force) if out_dir is not None else runner.new_out(scn, backend)
     signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+    # A background job of a script starts with SIGINT ignored (the shell's rule), and Python keeps an
+    # inherited ignore: `kill -INT` would be lost and the run go on to its end. A run always stops on it.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -18,13 +18,21 @@ TRACE = ROOT / "scenarios" / "trace-nasa.yaml"
 pytestmark = pytest.mark.slow
 
 
-def test_ctrl_c_keeps_what_the_simulator_had_logged(tmp_path):
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+# "ignored": started as a background job of a script is (the shell ignores SIGINT for it, and the ignore
+# survives exec); the run still stops on SIGINT, where Python alone would have run it to its end.
+@pytest.mark.parametrize("start", ["default", "ignored"])
+def test_ctrl_c_keeps_what_the_simulator_had_logged(tmp_path, start):
     out = tmp_path / "sim"
     p = subprocess.Popen(
         [sys.executable, "-m", "testbed.cli", "run", str(TRACE), "--backend", "sim", "--out", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_ignore_sigint if start == "ignored" else None,
     )
     log = out / "events.jsonl"
     deadline = time.monotonic() + 60
