@@ -86,7 +86,9 @@ def local_socket_name(addr: str) -> str | None:
     7.5-9.4 us one way, ping-pong): so on one host every tbcomm hop takes the Unix socket."""
     host, port = _split(addr)
     if host in ("127.0.0.1", "::1", "localhost") or host.startswith("127."):
-        return f"\0testbed-nic-{port}"
+        # The host too: two loopback addresses (127.0.0.2, 127.0.0.3: two Ray nodes of one machine) may
+        # each have a NIC on the same port.
+        return f"\0testbed-nic-{host}-{port}"
     return None
 
 

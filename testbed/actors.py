@@ -23,16 +23,27 @@ from testbed.coordinator import Coordinator, NodeProxy
 _NOT_COLLECTED = ("io",)
 
 
+def _at_host(cfg: dict, ip: str) -> dict:
+    cfg = {**cfg}
+    if cfg.get("nic_host") == "ray-node":
+        cfg["nic_host"] = ip
+    if (cfg.get("monitoring") or {}).get("host") == "ray-node":
+        cfg["monitoring"] = {**cfg["monitoring"], "host": ip}
+    return cfg
+
+
 class AgentHost:
     """Several NodeAgents (the nodes of ``cfgs``) in one Ray actor process; the coordinator reaches each
     through :meth:`call`, and process exits go to the coordinator actor's handle."""
 
     def __init__(self, cfgs: list[dict]) -> None:
-        if any(c.get("nic_host") == "ray-node" for c in cfgs):
-            import ray  # only in a Ray actor: its host's address, as the other hosts reach it
+        # "ray-node": this host's address, as the other hosts reach it (a joined cluster: cluster.py).
+        if any(c.get("nic_host") == "ray-node" or (c.get("monitoring") or {}).get("host") == "ray-node"
+               for c in cfgs):  # fmt: skip
+            import ray  # only in a Ray actor
 
             ip = ray.util.get_node_ip_address()
-            cfgs = [{**c, "nic_host": ip} if c.get("nic_host") == "ray-node" else c for c in cfgs]
+            cfgs = [_at_host(c, ip) for c in cfgs]
         # In parallel: an agent's start waits for its fork server to import the worker modules.
         with cf.ThreadPoolExecutor(len(cfgs), thread_name_prefix="agent-init") as pool:
             futs = [pool.submit(NodeAgent, cfg) for cfg in cfgs]

@@ -151,6 +151,10 @@ def run_ray(
                 )
             )
         mon = _monitoring(scn, jobs)
+        node_mon = mon
+        if joined and mon and mon["host"].startswith("127."):
+            # Another host's exporter on loopback could not be scraped from here: its host's address.
+            node_mon = {**mon, "host": "ray-node"}
         phase(f"starting {c.nodes} node agents in {len(groups)} processes")
         cfgs = [
             NodeConfig(
@@ -168,7 +172,7 @@ def run_ray(
                 seed=scn.workload.seed,
                 latency_s=c.network.latency_us * 1e-6,
                 bandwidth_Bps=c.network.bandwidth_mbps * 1e6 / 8 if c.network.bandwidth_mbps else None,
-                monitoring=mon,
+                monitoring=node_mon,
                 preload=tuple(sorted({j.kind.__module__ for j in jobs} - set(WORKER_MODULES))),
                 nic_host="ray-node" if joined else "127.0.0.1",
                 scratch=joined,
@@ -183,7 +187,7 @@ def run_ray(
         if any(j.kind.head for j in jobs):
             head = {**cfgs[0], "node": c.nodes, "envelope": "none", "scheduler": "batch", "params": {}}
             if mon:
-                head["monitoring"] = {**mon, "head": True}
+                head["monitoring"] = {**node_mon, "head": True}
             cfgs.append(head)
             groups.append([c.nodes])
         if joined:

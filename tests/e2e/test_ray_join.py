@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from testbed.monitoring.prometheus import read_targets
 
 from testbed import results
 
@@ -32,14 +33,15 @@ pytestmark = pytest.mark.slow
 
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 MARK = "TESTBED_TEST_RAY_CLUSTER"
-WORKERS = 2
+WORKER_IPS = ("127.0.0.2", "127.0.0.3")
+WORKERS = len(WORKER_IPS)
 
 SCENARIO = {
     "name": "ray-join",
     "cluster": {"nodes": 4, "nodes_per_process": 2, "envelope": "auto"},
     "clock": {"tdf": 2},
     "scheduler": {"name": "gang", "params": {"mpl": 2, "quantum_ms": 100}},
-    "monitoring": {"enabled": False},
+    "monitoring": {"enabled": True},
     "workload": {
         "seed": 1,
         "jobs": [
@@ -82,14 +84,16 @@ def ray_cluster():
            "RAY_USAGE_STATS_ENABLED": "0"}  # fmt: skip
     env.pop("RAY_ADDRESS", None)
     address = f"127.0.0.1:{_free_port()}"
-    common = ["--node-ip-address=127.0.0.1", "--disable-usage-stats"]
     try:
         subprocess.run([*RAY, "start", "--head", f"--port={address.rsplit(':', 1)[1]}", "--num-cpus=0",
-                        "--include-dashboard=false", *common],
+                        "--include-dashboard=false", "--node-ip-address=127.0.0.1", "--disable-usage-stats"],
                        env=env, check=True, capture_output=True, timeout=120)  # fmt: skip
-        for _ in range(WORKERS):
+        # Each worker node at an address of its own (loopback, as everything here must be): what listens
+        # for other hosts (NICs, exporters) must take its node's address, not 127.0.0.1.
+        for ip in WORKER_IPS:
             subprocess.run([*RAY, "start", f"--address={address}", "--num-cpus=1",
-                            '--resources={"testbed_node": 1}', *common],
+                            '--resources={"testbed_node": 1}', f"--node-ip-address={ip}",
+                            "--disable-usage-stats"],
                            env=env, check=True, capture_output=True, timeout=120)  # fmt: skip
         probe = (
             f"import json, ray; ray.init(address='{address}', logging_level='ERROR', log_to_driver=False); "
@@ -136,7 +140,17 @@ def test_agents_run_on_the_joined_clusters_worker_nodes_and_their_files_come_bac
     # One agent process per worker node (each offers one testbed_node), none on the head.
     assert sorted(h["ray_node"] for h in hosts) == sorted(workers), hosts
     assert sorted(n for h in hosts for n in h["nodes"]) == [0, 1, 2, 3]
+    assert sorted(h["ip"] for h in hosts) == list(WORKER_IPS)
     assert summary["logs_lost"] == []
+    # Each node's NIC and exporter listened on its host's address: another host's ranks and Prometheus
+    # reach them there.
+    ip_of = {n: h["ip"] for h in hosts for n in h["nodes"]}
+    for n in range(4):
+        info = next(json.loads(ln) for ln in (out / "events" / f"node{n}.jsonl").read_text().splitlines()
+                    if json.loads(ln)["kind"] == "run_info")  # fmt: skip
+        assert info["nic"].rsplit(":", 1)[0] == ip_of[n], info
+    targets = {t["node"]: t["address"] for t in read_targets(out) if t["role"] == "node"}
+    assert {int(n): a.rsplit(":", 1)[0] for n, a in targets.items()} == ip_of
     # The agents wrote on their own host's scratch folder; the driver brought the files into the run folder.
     for n in range(4):
         lines = (out / "events" / f"node{n}.jsonl").read_text().splitlines()
