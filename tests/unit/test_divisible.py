@@ -8,7 +8,8 @@ import dataclasses
 import math
 
 import pytest
-from testbed.apps.divisible import Divisible, DivisibleConfig
+from testbed.apps.divisible import Divisible, DivisibleConfig, pace
+from testbed.apps.divisible import plan as divisible_plan
 from testbed.schedulers import registry
 from testbed.schedulers.base import JobSpec, Reject, Start
 from testbed.schedulers.divisible import (
@@ -352,3 +353,44 @@ def test_every_node_in_the_simulator_the_extra_workers_get_nothing():
     assert got[("t1", 3, "bytes")] == 0 and ("t1", 3, "finish_s") not in got
     assert got[("t1", 0, "finish_s")] == pytest.approx(2560 / 7)
     assert got[("t1", 4, "deadlines_met")] == 1.0
+
+
+# -- the head's link on real processes: paced from the job's start ------------------------------------
+
+
+class _FakeClock:
+    """Emulated time that moves only when the head sleeps, or when the test says (a late start-up)."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep_until(self, t: float) -> None:
+        self.t = max(self.t, t)
+
+
+def test_the_head_paces_its_link_from_the_jobs_start_not_from_its_own_start_up():
+    # sigma = 100, Cms = Cps = 1, 3 workers: alpha = 4/7, 2/7, 1/7, link times 57.1, 28.6, 14.3. The job
+    # started at 10.
+    cfg = DivisibleConfig(sigma=100, deadline_s=500)
+    alphas, _ = divisible_plan(cfg, 3)
+    # Up 20 after the start (before chunk 0 is due at 67.1): the model's times exactly.
+    clock = _FakeClock(30.0)
+    due = [t for _j, t in pace(cfg, alphas, 10.0, clock.now, clock.sleep_until)]
+    assert due == pytest.approx([10 + 400 / 7, 10 + 600 / 7, 110.0])
+    # Up 80 after the start: chunk 0 goes at once, 12.9 late, and the next chunks keep their link times
+    # after it (the link is sequential): 118.6, 132.9.
+    clock = _FakeClock(90.0)
+    sent = []
+    for j, _t in pace(cfg, alphas, 10.0, clock.now, clock.sleep_until):
+        sent.append((j, clock.now()))
+    assert sent == [(0, 90.0), (1, pytest.approx(90 + 200 / 7)), (2, pytest.approx(90 + 300 / 7))]
+    # An empty chunk (a worker beyond the fastest number) takes no link time.
+    cfg2 = DivisibleConfig(sigma=100, deadline_s=500, setup_link=20, setup_compute=20)
+    alphas2, _ = divisible_plan(cfg2, 4)
+    assert alphas2[3] == 0
+    clock = _FakeClock(0.0)
+    due2 = [t for _j, t in pace(cfg2, alphas2, 0.0, clock.now, clock.sleep_until)]
+    assert due2[3] == due2[2]
