@@ -7,7 +7,8 @@ computed by every process from n, so policy, head and workers agree on it withou
 
 * **Head.** Sends worker j (j = 0..n-1) its chunk of ``alpha_j * sigma`` units, ``unit_bytes`` real bytes
   a unit, through tbcomm, one chunk after another: chunk j occupies the head's link for ``ST + alpha_j *
-  sigma * Cms`` emulated seconds and is handed over when that time is up (the head paces its own link;
+  sigma * Cms`` emulated seconds and is handed over when that time is up, counted from the job's start
+  (``TB_START_S``), so the head process's own start-up overlaps the first chunk (the head paces its own link;
   the NICs emulate the receiving side only, and a cluster's network latency and bandwidth come on top,
   so divisible scenarios leave them at 0 / unlimited). It then waits for each worker's finish notice,
   and reports the task's deadline (met when the last worker finished by A + D) and the bytes it sent.
@@ -98,6 +99,30 @@ def _cpu_s(cfg: DivisibleConfig, alpha: float) -> float:
     return (cfg.setup_compute + alpha * cfg.sigma * cfg.cps) * cfg.cpu_rate
 
 
+def pace(
+    cfg: DivisibleConfig, alphas: list[float], origin: float, now, sleep_until
+) -> Iterator[tuple[int, float]]:
+    """The head's link: yields (j, t) when chunk j is due to be handed over, at emulated time t, after
+    sleeping until then (``sleep_until(t)``; ``now()`` reads the clock). The link starts at ``origin``,
+    the job's start: the head process's own start-up (a testbed cost, not the model's) overlaps the first
+    chunk's link time. Chunk j takes ``ST + alpha_j * sigma * Cms`` from the later of the previous chunk's
+    due time and its real hand-over (a head that could not keep up delays the rest: the link is
+    sequential); an empty chunk takes none."""
+    t = origin
+    for j, alpha in enumerate(alphas):
+        if alpha > 0:
+            t += _link_s(cfg, alpha)
+            sleep_until(t)
+        yield j, t
+        t = max(t, now())
+
+
+def _sleep_until(clock, t: float) -> None:
+    left = clock.real_at(t) - time.monotonic()
+    if left > 0:
+        time.sleep(left)
+
+
 def _payload(nbytes: int, seed: int) -> bytes:
     # Not all alike, so the workers' checksums are over real data; cheap to make (one pattern repeated).
     pattern = bytes((seed * 131 + i * 7) & 0xFF for i in range(251))
@@ -166,13 +191,9 @@ class Divisible(ProgramKind):
         if ctx.rank == workers:  # the head
             chunks = [_payload(nbytes[j], j) for j in range(workers)]
             comm = ctx.connect()
-            t = clock.now()
-            for j in range(workers):
-                if alphas[j] > 0:  # an idle worker's empty chunk takes no link time
-                    t += _link_s(cfg, alphas[j])
-                    left = clock.real_at(t) - time.monotonic()
-                    if left > 0:
-                        time.sleep(left)
+            start = ctx.env.get("TB_START_S")
+            origin = float(start) if start else clock.now()
+            for j, _ in pace(cfg, alphas, origin, clock.now, lambda t: _sleep_until(clock, t)):
                 comm.send(j, chunks[j], TAG_CHUNK)
             ctx.progress("bytes", sum(nbytes))
             last = max(_F64.unpack(comm.recv(tag=TAG_DONE))[0] for _ in range(workers))
@@ -229,4 +250,4 @@ def _report_deadline(cfg: DivisibleConfig, progress, finish: float) -> None:
     progress(DEADLINES_MISSED, 0.0 if ok else 1.0)
 
 
-__all__ = ["Divisible", "DivisibleConfig", "digest", "met", "plan"]
+__all__ = ["Divisible", "DivisibleConfig", "digest", "met", "pace", "plan"]

@@ -4,7 +4,8 @@ The node agent starts it with the job's typed config as JSON in ``TB_APP`` (apps
 :meth:`ProgramKind.launch`) and the node's and job's settings in the environment: ``TB_JOB``,
 ``TB_RANK``, ``TB_SIZE``, ``TB_NICS`` (tbcomm), ``TB_WAIT_MODE`` / ``TB_SPIN_US`` / ``TB_SEND_WAIT`` (how
 this job waits, once: tbcomm reads them), ``TB_TDF`` / ``TB_T0`` (the clock), ``TB_IO_DIR`` (absolute: the
-node's folder for real I/O files), ``TB_MEMORY_MB`` (memory each process keeps resident). It rebuilds the
+node's folder for real I/O files), ``TB_MEMORY_MB`` (memory each process keeps resident), ``TB_START_S``
+(when the policy started the job, emulated s; the Ray backend sets it). It rebuilds the
 config with the kind's own model, allocates the memory, and calls the kind's ``run``.
 
 Exit 0 on success; otherwise one line on stderr saying why (the agent records it as the job's failure

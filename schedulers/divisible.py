@@ -27,8 +27,11 @@ Choices the paper leaves open, made here (docs/policies.md says where):
   number of nodes (beyond N, or its last share would not be positive), the paper leaves it undefined;
   here it is +infinity: such a task cannot be given a node more should its start slip, so it is the most
   urgent to place. Ties (two infinities) go by deadline, then arrival, then job id.
-* "All nodes" (AN, ANNA) is the number of nodes of the shortest execution, :func:`fastest`: all N without
-  setup costs, fewer with them (the paper's footnote to §6.2: with setup costs, all N nodes are slower).
+* "All nodes" (AN, ANNA) is by default the number of nodes of the shortest execution, :func:`fastest`: all
+  N without setup costs, fewer with them (reading the paper's footnote 1 as a note on "all nodes": with
+  setup costs, all N nodes are slower). ``all_nodes: every`` reads "all nodes" literally: the task holds
+  every node it may use and computes on the fastest number of them (the others get an empty chunk). The
+  two differ only with a link setup cost; docs/policies.md gives both readings' results.
 * FIFO and EDF run the same walk as MCDF with the order replaced: at each time, the tasks are placed in
   that order where they fit, so a later task may start at a time an earlier one does not fit.
 * A task that cannot meet its deadline even alone on the whole idle cluster is rejected at arrival with
@@ -46,9 +49,10 @@ import math
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from .base import GlobalAction, GlobalPolicy, JobSpec, Reject, RunAll, Scheduler, Start
+from .params import param
 from .placement import MemoryAwareParams, NodeMemory, pack
 
 #: Relative tolerance of a deadline comparison (floating-point rounding of E(n) and of the start time).
@@ -209,22 +213,24 @@ def load_of(spec: JobSpec) -> Load | None:
 class Task:
     """A task as the test sees it: its load, absolute deadline and arrival, and its execution times on
     1..fastest nodes (E falls over that range, so the fewest nodes for a deadline is a search). ``nodes``
-    is the most it may get: the cluster's, or fewer when its job says so (its size)."""
+    is the most it may get (``cap``): the cluster's, or fewer when its job says so (its size)."""
 
-    __slots__ = ("job_id", "arrival", "deadline", "load", "fast", "times", "_neg", "seq")
+    __slots__ = ("job_id", "arrival", "deadline", "load", "cap", "fast", "times", "_neg", "seq")
 
     def __init__(self, job_id: str, arrival: float, deadline: float, load: Load, nodes: int, seq: int):
         self.job_id = job_id
         self.arrival = arrival
         self.deadline = deadline  # absolute: A + D
         self.load = load
+        self.cap = nodes
         self.fast = fastest(load, nodes)
         self.times = [exec_time(load, n) for n in range(1, self.fast + 1)]
         self._neg = [-x for x in self.times]  # rising: for bisect
         self.seq = seq  # arrival order
 
     def e(self, n: int) -> float:
-        return self.times[n - 1]
+        """E on ``n`` nodes; past the fastest number the extra nodes get empty shares (E stays)."""
+        return self.times[min(n, self.fast) - 1]
 
     def n_min(self, start: float, nodes: int) -> int | None:
         """The fewest nodes (at most ``nodes``) that end by the deadline from ``start``."""
@@ -243,9 +249,11 @@ class Task:
             return math.inf
         return (n + 1) * self.times[n] - n * self.times[n - 1]
 
-    def n_all(self, start: float, nodes: int) -> int | None:
-        """ "All nodes": the fastest number (at most ``nodes``), if it ends by the deadline from ``start``."""
-        n = min(nodes, self.fast)
+    def n_all(self, start: float, nodes: int, every: bool = False) -> int | None:
+        """ "All nodes" (at most ``nodes``), if the task ends by the deadline from ``start``: the fastest
+        number, or with ``every`` every node it may use (it computes on the fastest number of them; the
+        others hold an empty share). The two differ only with a link setup cost."""
+        n = min(nodes, self.cap if every else self.fast)
         if n < 1 or not _fits(self.e(n), self.deadline - start):
             return None
         return n
@@ -264,7 +272,13 @@ class Infeasible(Exception):
 
 
 def plan(
-    tasks: Sequence[Task], free_at: Sequence[float], order: str, sizing: str, nodes: int
+    tasks: Sequence[Task],
+    free_at: Sequence[float],
+    order: str,
+    sizing: str,
+    nodes: int,
+    *,
+    every: bool = False,
 ) -> list[Placement]:
     """The schedulability test (paper 001 §5; docs/policies.md, "MCDF and the schedulability test").
 
@@ -272,8 +286,9 @@ def plan(
     walk visits the times at which nodes become free, in order; at each it sizes every task not yet
     placed (``sizing`` "min": n_min from that time; "all": the fastest n), fails if one cannot meet its
     deadline from there, orders them (``order`` "mcdf": largest cost derivative first; "fifo": arrival;
-    "edf": absolute deadline) and places each that fits in the nodes free then. Returns the placements,
-    or raises :class:`Infeasible`."""
+    "edf": absolute deadline) and places each that fits in the nodes free then. ``every``: "all" holds
+    every node a task may use, not the fastest number (:meth:`Task.n_all`). Returns the placements, or
+    raises :class:`Infeasible`."""
     if order not in ORDERS or sizing not in SIZINGS:
         raise ValueError(f"plan: order {order!r} / sizing {sizing!r}; use {ORDERS} / {SIZINGS}")
     free = sorted(free_at)
@@ -288,7 +303,7 @@ def plan(
         t = min(later)
         sized = []
         for task in pending:
-            n = task.n_min(t, up) if sizing == "min" else task.n_all(t, up)
+            n = task.n_min(t, up) if sizing == "min" else task.n_all(t, up, every)
             if n is None:
                 raise Infeasible(
                     f"task {task.job_id} could not meet its deadline {task.deadline:.6g} s starting at "
@@ -340,6 +355,8 @@ class DivisibleGlobal(GlobalPolicy):
 
     def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
         super().__init__(nodes, params, seed)
+        # AN / ANNA's reading of "all nodes" (AnnaParams); MN and MCDF have no such parameter.
+        self.every = params.get("all_nodes", "fastest") == "every"
         self.tasks: dict[str, Task] = {}
         self.plan: dict[str, Placement] = {}  # admitted, not started: their planned start and nodes
         self.queue: list[str] = []  # ANNA: accepted, not started, in arrival order
@@ -386,7 +403,14 @@ class DivisibleGlobal(GlobalPolicy):
             return self._dispatch(now)
         waiting = [self.tasks[j] for j in self.plan]
         try:
-            trial = plan([*waiting, task], self._free_at(now), self.order, self.sizing, up)
+            trial = plan(
+                [*waiting, task],
+                self._free_at(now),
+                self.order,
+                self.sizing,
+                up,
+                every=self.every,
+            )
         except Infeasible as exc:
             return [Reject(job.job_id, f"admission test failed at {now:.6g} s: {exc}")]
         self.tasks[job.job_id] = task
@@ -454,7 +478,7 @@ class DivisibleGlobal(GlobalPolicy):
             while self.queue:
                 tasks = (self.tasks[j] for j in self.queue)
                 head = min(tasks, key=lambda t: (t.deadline, t.seq) if edf else (t.seq,)).job_id
-                n = min(up, self.tasks[head].fast)
+                n = min(up, self.tasks[head].cap if self.every else self.tasks[head].fast)
                 if n < 1 or n > len(self._idle()):
                     break
                 self.queue.remove(head)
@@ -468,6 +492,17 @@ class DivisibleGlobal(GlobalPolicy):
             del self.plan[job_id]
             actions.append(self._start(now, job_id, p.nodes))
         return actions
+
+
+_ALL_NODES = (
+    "AN/ANNA with a link setup cost, where fewer than N nodes are fastest: fastest = a task gets that "
+    "number; every = it holds every node it may use (the paper's 'all nodes'), computing on the fastest "
+    "number of them (the others get an empty chunk)"
+)
+
+
+class AnnaParams(MemoryAwareParams):
+    all_nodes: Literal["fastest", "every"] = param("fastest", _ALL_NODES)
 
 
 class _Mcdf(DivisibleGlobal):
@@ -511,7 +546,7 @@ class FifoAnna(Scheduler):
     summary = "divisible loads: FIFO on all (fastest) nodes, no admission control: tasks may miss"
     global_policy = _FifoAnna
     local_policy = RunAll
-    Params = MemoryAwareParams
+    Params = AnnaParams
 
 
 class FifoAn(Scheduler):
@@ -519,7 +554,7 @@ class FifoAn(Scheduler):
     summary = "divisible loads: FIFO on all (fastest) nodes, admission test"
     global_policy = _FifoAn
     local_policy = RunAll
-    Params = MemoryAwareParams
+    Params = AnnaParams
 
 
 class FifoMn(Scheduler):
@@ -535,7 +570,7 @@ class EdfAnna(Scheduler):
     summary = "divisible loads: earliest deadline first on all (fastest) nodes, no admission control"
     global_policy = _EdfAnna
     local_policy = RunAll
-    Params = MemoryAwareParams
+    Params = AnnaParams
 
 
 class EdfAn(Scheduler):
@@ -543,7 +578,7 @@ class EdfAn(Scheduler):
     summary = "divisible loads: earliest deadline first on all (fastest) nodes, admission test"
     global_policy = _EdfAn
     local_policy = RunAll
-    Params = MemoryAwareParams
+    Params = AnnaParams
 
 
 class EdfMn(Scheduler):

@@ -287,9 +287,13 @@ class Coordinator:
         placed = self._placed(job, nodes)
         nics = [self.nics[n] for n in placed]
         attempt = self.core.jobs[job.job_id].starts
+        # When the policy started the job (emulated s): a kind whose model starts its clock there, not
+        # when its processes are up (the divisible head's link), reads it as TB_START_S.
+        started = repr(self._now())
         for rank, node in enumerate(placed):
             launch = job.launch(rank, nics)
-            fut = self._call(node, "start_proc", job.job_id, rank, list(launch.argv), dict(launch.env),
+            env = {**launch.env, "TB_START_S": started}
+            fut = self._call(node, "start_proc", job.job_id, rank, list(launch.argv), env,
                              job.spec.job_class, attempt, job.spec)  # fmt: skip
             fut.add_done_callback(lambda f, j=job.job_id, r=rank, n=node: self._started(f, j, r, n))
 

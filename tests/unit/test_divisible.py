@@ -8,7 +8,8 @@ import dataclasses
 import math
 
 import pytest
-from testbed.apps.divisible import Divisible, DivisibleConfig
+from testbed.apps.divisible import Divisible, DivisibleConfig, pace
+from testbed.apps.divisible import plan as divisible_plan
 from testbed.schedulers import registry
 from testbed.schedulers.base import JobSpec, Reject, Start
 from testbed.schedulers.divisible import (
@@ -25,6 +26,7 @@ from testbed.schedulers.divisible import (
     plan,
     shares,
 )
+from testbed.schedulers.params import PolicyConfigError
 
 from testbed import events as ev
 from testbed.jobs import Job
@@ -289,3 +291,106 @@ def test_a_task_bigger_than_a_nodes_memory_is_rejected():
     q = registry.get("mcdf").make_global(3, {"memory_aware": False}, 0)
     q.set_node_memory(100.0)
     assert q.submit(0.0, big) == [Start("M", (0,))]
+
+
+# -- "all nodes" with setup costs: the fastest number, or every node (scheduler.params.all_nodes) ------
+
+
+def test_plan_all_nodes_every_holds_every_node_and_runs_for_the_fastest_time():
+    # sigma = 100, Cms = Cps = 1, ST = SC = 20 on 6 nodes: the fastest number is 3, E(3) = 182.857.
+    ld = Load(100, 1, 1, 20, 20)
+    t1, t2 = Task("T1", 0.0, 500.0, ld, 6, 1), Task("T2", 0.0, 500.0, ld, 6, 2)
+    assert (t1.fast, t1.e(3), t1.e(6)) == (3, pytest.approx(1280 / 7), pytest.approx(1280 / 7))
+    # fastest: two tasks side by side on 3 nodes each.
+    fast = plan([t1, t2], [0.0] * 6, "fifo", "all", 6)
+    assert [(p.job_id, p.start, p.nodes) for p in fast] == [("T1", 0.0, 3), ("T2", 0.0, 3)]
+    # every: each holds all 6 nodes for E(3), one after the other: T2 from 182.857 to 365.714.
+    every = plan([t1, t2], [0.0] * 6, "fifo", "all", 6, every=True)
+    assert [(p.job_id, p.start, p.nodes) for p in every] == [
+        ("T1", 0.0, 6),
+        ("T2", pytest.approx(1280 / 7), 6),
+    ]
+    assert every[1].end == pytest.approx(2560 / 7)
+    # FIFO, the second with a deadline of 300: it fails under every (365.7 > 300), and only there; EDF
+    # puts it first (0 to 182.9) and T1 after it (to 365.7 <= 500).
+    t3 = Task("T3", 0.0, 300.0, ld, 6, 2)
+    assert len(plan([t1, t3], [0.0] * 6, "fifo", "all", 6)) == 2
+    with pytest.raises(Infeasible, match="T3"):
+        plan([t1, t3], [0.0] * 6, "fifo", "all", 6, every=True)
+    assert [p.job_id for p in plan([t1, t3], [0.0] * 6, "edf", "all", 6, every=True)] == ["T3", "T1"]
+    # Without setup costs the fastest number is every node: the two readings agree.
+    t4 = Task("T4", 0.0, 500.0, Load(100, 1, 1), 6, 1)
+    assert plan([t4], [0.0] * 6, "fifo", "all", 6) == plan([t4], [0.0] * 6, "fifo", "all", 6, every=True)
+
+
+@pytest.mark.parametrize("name", ["fifo-an", "edf-an", "fifo-anna", "edf-anna"])
+def test_an_and_anna_take_every_node_with_all_nodes_every(name):
+    p = registry.get(name).make_global(16, {"all_nodes": "every"}, 0)
+    assert p.submit(0.0, spec("S", 0.0, 100, 500, nodes=16, st=20, sc=20)) == [Start("S", tuple(range(16)))]
+    # The next task waits for S's nodes: it holds all 16 until E(3) = 182.857.
+    assert p.submit(1.0, spec("U", 1.0, 100, 500, nodes=16, st=20, sc=20)) == []
+    assert p.finished(1280 / 7, "S") == [Start("U", tuple(range(16)))]
+
+
+def test_all_nodes_is_a_parameter_of_an_and_anna_only():
+    assert registry.get("fifo-an").check_params({})["all_nodes"] == "fastest"
+    with pytest.raises(PolicyConfigError, match="all_nodes"):
+        registry.get("fifo-an").check_params({"all_nodes": "all"})
+    for name in ("mcdf", "fifo-mn", "edf-mn"):
+        with pytest.raises(PolicyConfigError, match="all_nodes"):
+            registry.get(name).check_params({"all_nodes": "every"})
+
+
+def test_every_node_in_the_simulator_the_extra_workers_get_nothing():
+    # fifo-an, all_nodes every, 4 nodes, ST = SC = 20: t0 holds all 4 (the 4th gets an empty chunk) and
+    # ends at E(3) = 182.857; t1 (same load, deadline 400) waits for it and ends at 365.714.
+    jobs = [djob(i, 0.0, 100, 400, nodes=4, setup_link=20, setup_compute=20, unit_bytes=10) for i in range(2)]
+    events = simulate(jobs, registry.get("fifo-an"), {"all_nodes": "every"}, nodes=4, latency_s=0.0)
+    started = {e["job"]: (e["t"], len(e["nodes"])) for e in events if e["kind"] == ev.JOB_STARTED}
+    assert started["t0"] == (0.0, 4) and started["t1"][1] == 4
+    assert started["t1"][0] == pytest.approx(1280 / 7)
+    got = {(e["job"], e["rank"], e["unit"]): e["value"] for e in events if e["kind"] == ev.PROGRESS}
+    assert got[("t1", 3, "bytes")] == 0 and ("t1", 3, "finish_s") not in got
+    assert got[("t1", 0, "finish_s")] == pytest.approx(2560 / 7)
+    assert got[("t1", 4, "deadlines_met")] == 1.0
+
+
+# -- the head's link on real processes: paced from the job's start ------------------------------------
+
+
+class _FakeClock:
+    """Emulated time that moves only when the head sleeps, or when the test says (a late start-up)."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep_until(self, t: float) -> None:
+        self.t = max(self.t, t)
+
+
+def test_the_head_paces_its_link_from_the_jobs_start_not_from_its_own_start_up():
+    # sigma = 100, Cms = Cps = 1, 3 workers: alpha = 4/7, 2/7, 1/7, link times 57.1, 28.6, 14.3. The job
+    # started at 10.
+    cfg = DivisibleConfig(sigma=100, deadline_s=500)
+    alphas, _ = divisible_plan(cfg, 3)
+    # Up 20 after the start (before chunk 0 is due at 67.1): the model's times exactly.
+    clock = _FakeClock(30.0)
+    due = [t for _j, t in pace(cfg, alphas, 10.0, clock.now, clock.sleep_until)]
+    assert due == pytest.approx([10 + 400 / 7, 10 + 600 / 7, 110.0])
+    # Up 80 after the start: chunk 0 goes at once, 12.9 late, and the next chunks keep their link times
+    # after it (the link is sequential): 118.6, 132.9.
+    clock = _FakeClock(90.0)
+    sent = []
+    for j, _t in pace(cfg, alphas, 10.0, clock.now, clock.sleep_until):
+        sent.append((j, clock.now()))
+    assert sent == [(0, 90.0), (1, pytest.approx(90 + 200 / 7)), (2, pytest.approx(90 + 300 / 7))]
+    # An empty chunk (a worker beyond the fastest number) takes no link time.
+    cfg2 = DivisibleConfig(sigma=100, deadline_s=500, setup_link=20, setup_compute=20)
+    alphas2, _ = divisible_plan(cfg2, 4)
+    assert alphas2[3] == 0
+    clock = _FakeClock(0.0)
+    due2 = [t for _j, t in pace(cfg2, alphas2, 0.0, clock.now, clock.sleep_until)]
+    assert due2[3] == due2[2]

@@ -49,6 +49,8 @@ NEEDS = {
     "rt_first_nice": "a whole nice value in -20..19",
     "rt_nice": "a whole nice value in -20..19",
     "borrow_nice": "a whole nice value in -20..19",
+    # paper 001's AN / ANNA
+    "all_nodes": "'fastest' or 'every'",
 }
 MPL_NEEDS = {
     "gang": "a whole number of matrix rows >= 1",
@@ -67,6 +69,7 @@ BAD = {
     "a whole nice value in -20..19": [-21, 20, 1.0, "0"],
     "a number > 0": [0, -1.0, "2", True, float("nan")],
     "a whole number >= 2": [1, 0, 1.5, "6", True],
+    "'fastest' or 'every'": ["all", 16, None],
 }
 
 
@@ -193,6 +196,7 @@ GOOD = {
     "rt_first_nice": -19,
     "rt_nice": -5,
     "borrow_nice": 15,
+    "all_nodes": "every",
 }
 
 
