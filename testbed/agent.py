@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import Any
 
 from testbed import events as ev
 from testbed.clock import Clock
+from testbed.janitor import scratch_root
 from testbed.loop import LoopThread
 from testbed.mechanism.envelope import make_envelope
 from testbed.mechanism.forkserver import ForkServer
@@ -94,8 +94,9 @@ class NodeConfig:
 
 
 def scratch_dir(run_id: str, node: int) -> Path:
-    """Node ``node``'s folder on its own host when the run folder is the driver's alone."""
-    return Path(tempfile.gettempdir()) / f"testbed-{run_id}" / f"node{node}"
+    """Node ``node``'s folder on its own host when the run folder is the driver's alone (the janitor
+    removes the run's whole scratch root)."""
+    return scratch_root(run_id) / f"node{node}"
 
 
 @dataclass

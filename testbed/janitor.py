@@ -17,7 +17,9 @@ called synchronously by the driver at a normal end) means:
 * every cgroup under ``testbed/ID`` in every hierarchy is removed, children first, and ``testbed/`` too if
   no other run uses it;
 * every container labelled ``testbed.run_id=ID`` (the docker envelope's) is removed through the daemon,
-  first (which kills what is in its cgroups), and then ``testbed-docker/ID`` in every hierarchy.
+  first (which kills what is in its cgroups), and then ``testbed-docker/ID`` in every hierarchy;
+* the run's scratch folder on this host (``agent.scratch_dir``: a joined Ray cluster's agents write there
+  until the driver collects their files) is removed.
 
 Only marked or enveloped processes are touched: the janitor never kills the watched processes themselves
 or anything else they started. It strips ``TESTBED_RUN_ID`` from its own environment and never signals
@@ -30,10 +32,13 @@ import argparse
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from testbed.mechanism.envelope import TOP, cgroup_mounts, rmdir_up
@@ -243,6 +248,11 @@ def _cleanup(run_ids: set[str], any_marked: bool) -> dict[str, Any]:
                 report["cgroups_removed"] += rmdir_up(os.path.join(mnt, TOP), mnt)
             except OSError as e:
                 errors.append(f"rmdir {os.path.join(mnt, TOP)}: {e}")
+    for rid in sorted(run_ids):
+        scratch = scratch_root(rid)
+        if scratch.is_dir():
+            shutil.rmtree(scratch, onerror=lambda _f, p, e: errors.append(f"removing {p}: {e[1]}"))
+            report["scratch_removed"] = [*report.get("scratch_removed", []), str(scratch)]
     for rid in docker_ids:
         try:
             report["cgroups_removed"] += de.remove_parent_cgroups(rid)
@@ -251,6 +261,12 @@ def _cleanup(run_ids: set[str], any_marked: bool) -> dict[str, Any]:
         if de.leftover_run_ids(rid):
             errors.append(f"cgroups under testbed-docker/{rid} are left (a container not removed?)")
     return report
+
+
+def scratch_root(run_id: str) -> Path:
+    """The run's folder on a host whose agents cannot write the driver's run folder (a joined Ray
+    cluster): node k writes under ``<this>/node<k>`` (agent.scratch_dir)."""
+    return Path(tempfile.gettempdir()) / f"testbed-{run_id}"
 
 
 def cleanup_run(run_id: str) -> dict[str, Any]:

@@ -25,9 +25,11 @@ import pytest
 import yaml
 from testbed.monitoring.prometheus import read_targets
 
+from testbed import events as ev
 from testbed import results
 
-from .conftest import wait_clean
+from .conftest import run_marked_pids, wait_clean, wait_for_event
+from .conftest import testbed_cgroups as cgroups_of
 
 pytestmark = pytest.mark.slow
 
@@ -173,3 +175,50 @@ def test_a_cluster_without_enough_testbed_nodes_is_refused_with_the_count_and_th
     assert time.monotonic() - t < 120  # refused, not left waiting for a Ray node that never comes
     summary = json.loads((out / "summary.json").read_text())
     assert "testbed_node" in summary["error"]
+
+
+def _cluster_actor_pids(mark: str) -> list[int]:
+    """The cluster's actor processes of a testbed run (Ray names them ray::CLASS); idle workers stay."""
+    pids = []
+    for pid in _marked(mark):
+        try:
+            comm = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        if comm in (b"ray::AgentHost", b"ray::CoordinatorActor"):
+            pids.append(pid)
+    return pids
+
+
+def test_kill_9_of_the_driver_leaves_nothing_on_the_joined_cluster(tmp_path, ray_cluster):
+    address, env, _ = ray_cluster
+    doc = {**SCENARIO, "workload": {"seed": 1, "jobs": [
+        {"id": "long", "submit_s": 0.0, "size": 4, "app": {"iterations": 2000, "gcomp": 20}}]}}  # fmt: skip
+    scn = tmp_path / "scenario.yaml"
+    scn.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "out"
+    before = set(Path(tempfile.gettempdir()).glob("testbed-2*"))
+    cmd = [sys.executable, "-m", "testbed.cli", "run", str(scn), "--set", f"cluster.ray_address={address}",
+           "--out", str(out), "-q"]  # fmt: skip
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for_event(out, lambda e: e["kind"] == ev.JOB_STARTED and e["job"] == "long", timeout=120)
+        (scratch,) = set(Path(tempfile.gettempdir()).glob("testbed-2*")) - before
+        run_id = scratch.name[len("testbed-") :]
+        assert run_marked_pids({run_id}) and _cluster_actor_pids(env[MARK])
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+    # The janitor sweeps this host (workers, cgroups, the scratch folder); Ray ends the dead driver's
+    # actors on every host, and their fork servers' deaths take the workers on other hosts.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        left = (run_marked_pids({run_id}), cgroups_of({run_id}), scratch.exists(),
+                _cluster_actor_pids(env[MARK]))  # fmt: skip
+        if not any(left):
+            break
+        time.sleep(0.5)
+    assert not any(left), left
