@@ -102,3 +102,50 @@ def test_the_same_pipeline_misses_under_overload(tmp_path, backend):
     assert s["jobs_by_state"] == {"COMPLETED_SUCCESSFULLY": 3}
     # At most 1/1.8 of the rate: frame k finishes near 1.8 k d, late from k ~ 4 on: most of 60 frames miss.
     assert s["deadline_miss_ratio"] > 0.5
+
+
+@pytest.mark.parametrize("stages, misses", [(5, False), (6, True)])
+def test_1gs_admitted_pipelines_meet_deadlines_only_if_a_window_carries_the_stall_through(
+    tmp_path, stages, misses
+):
+    """docs/policies.md, "When 1GS's guarantee holds": two admitted pipelines (phi = 10 ms, so r = 2 of
+    the 4 RT rows each) and a full-width BE job fill the M = 6 rows of Q = 50 ms. Each pipeline stalls
+    (M - r) Q = 200 ms a cycle, six frames queue at stage 0, and the next window of r Q = 100 ms must take
+    them through all s stages: (6 + s - 1) x 10 ms <= 100 ms holds for s = 5, not for s = 6. Both meet
+    M Q = 300 ms <= b d = 333 ms, which alone is not enough."""
+    pipeline = {**PIPELINE, "stages": list(OPERATIONS[:stages]), "work_units": 10, "buffer": 10, "frames": 90}
+    doc = {
+        "name": "vision-1gs",
+        "cluster": {"nodes": stages},
+        "clock": {"tdf": 4.0},
+        "scheduler": {
+            "name": "1gs",
+            "params": {"rows": 6, "quantum_ms": 50, "lead_ms": 10, "admission": True},
+        },
+        "monitoring": {"enabled": False},
+        "workload": {
+            "seed": 1,
+            "jobs": [
+                {"id": "a", "size": stages, "app": pipeline},
+                {"id": "b", "size": stages, "app": pipeline},
+                {"id": "be", "size": stages, "app": {"iterations": 400, "gcomp": 10}},
+            ],
+        },
+    }
+    path = tmp_path / "vision-1gs.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "testbed.cli", "run", str(path), "--out", str(out), "-q"]
+    args += ["--backend", "sim"]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    s = json.loads((out / "summary.json").read_text())
+    assert s["jobs_by_state"] == {"COMPLETED_SUCCESSFULLY": 3}
+    assert s["rt_rejected_ratio"] == 0.0
+    if misses:
+        # The stall's last frames wait a further cycle, past b d.
+        assert s["deadline_miss_ratio"] > 0.03
+        assert s["frame_latency_s_max.rt"] > 10 / 30
+    else:
+        assert s["deadline_miss_ratio"] == 0.0
+        assert s["frame_latency_s_max.rt"] <= 10 / 30
