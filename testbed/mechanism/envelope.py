@@ -503,31 +503,46 @@ class CgroupV2Envelope(Envelope):
 
     kind = "cgroup-v2"
     fixes_rate = True
+    #: cpu.weight of testbed/ and testbed/<run_id> (the pod envelope, as built, leaves them at the default)
+    weighted = True
 
     def __init__(self, *args, controllers: tuple[str, ...] = ("cpu",), **kwargs) -> None:  # Envelope's args
         super().__init__(*args, **kwargs)
-        self.controllers = tuple(controllers)
-        self.need_cpu = "cpu" in self.controllers
+        self._take(controllers)
         mnt, why = _v2_mount()
         if self.need_cpu:
             why = probe_v2()
         if mnt is None or why is not None:
             raise EnvelopeUnavailable(f"cgroup-v2 envelope unavailable: {why}")
-        self.mount = mnt
+        self._root_at(mnt)
+
+    def _take(self, controllers: tuple[str, ...]) -> None:
+        self.controllers = tuple(controllers)
+        self.need_cpu = "cpu" in self.controllers
         self.fixes_rate = self.need_cpu
-        self.dir = os.path.join(self.mount, TOP, self.run_id, self.name)
+
+    def _root_at(self, root: str) -> None:
+        """The tree's root: the node is root/testbed/<run_id>/node<k>; nothing above root is written."""
+        self.mount = root  # destroy removes directories up to this one
+        self.dir = os.path.join(root, TOP, self.run_id, self.name)
         self.quota_us = self._quota_us()
         self._procs_file = os.path.join(self.dir, "cgroup.procs")
+
+    def _enable_at_root(self, enable: str) -> None:
+        # The hierarchy's root may hold processes and still hand controllers down.
+        _write(os.path.join(self.mount, "cgroup.subtree_control"), enable)
 
     def create(self) -> None:
         run = os.path.dirname(self.dir)
         _makedirs(run)
         # A controller reaches the node only if every ancestor's subtree_control enables it, down to the
-        # node's parent. The root cgroup may hold processes and still hand controllers down.
-        enable = " ".join(f"+{c}" for c in self.controllers)
-        for d in (self.mount, os.path.join(self.mount, TOP), run) if self.controllers else ():
-            _write(os.path.join(d, "cgroup.subtree_control"), enable)
-        if self.need_cpu:
+        # node's parent.
+        if self.controllers:
+            enable = " ".join(f"+{c}" for c in self.controllers)
+            self._enable_at_root(enable)
+            for d in (os.path.join(self.mount, TOP), run):
+                _write(os.path.join(d, "cgroup.subtree_control"), enable)
+        if self.need_cpu and self.weighted:
             for d in (os.path.join(self.mount, TOP), run):
                 _write(os.path.join(d, "cpu.weight"), str(WEIGHT_V2))
         _makedirs(self.dir)
@@ -761,6 +776,7 @@ class PodEnvelope(CgroupV2Envelope):
 
     kind = "pod"
     fixes_rate = True
+    weighted = False
 
     def __init__(self, *args, controllers: tuple[str, ...] = ("cpu",), **kwargs) -> None:  # Envelope's args
         # ``controllers``: what the node's subtree gets; without "cpu" the rate is not fixed (the tests run
@@ -769,7 +785,6 @@ class PodEnvelope(CgroupV2Envelope):
         mnt, own = own_v2_cgroup()
         # A process of this run already moved to the leaf (another node of the same agent process).
         self.base = os.path.dirname(own) if os.path.basename(own) == LEAF else own
-        self.mount = self.base  # CgroupV2Envelope.destroy removes directories up to this one, not above
         for fn in ("cgroup.procs", "cgroup.subtree_control"):
             if not os.access(os.path.join(self.base, fn), os.W_OK):
                 raise EnvelopeUnavailable(
@@ -777,8 +792,7 @@ class PodEnvelope(CgroupV2Envelope):
                     "delegated to us (a pod needs privileged: true for a writable /sys/fs/cgroup; a "
                     "systemd unit, Delegate=yes), or use envelope: cgroup"
                 )
-        self.controllers = tuple(controllers)
-        self.need_cpu = "cpu" in self.controllers
+        self._take(controllers)
         ctrls = _read(os.path.join(self.base, "cgroup.controllers")).split()
         for c in self.controllers:
             if c not in ctrls:
@@ -788,10 +802,7 @@ class PodEnvelope(CgroupV2Envelope):
                     f"envelope pod: the {c} controller is not available in {self.base} (cgroup.controllers: "
                     f"{' '.join(ctrls) or 'none'}{where}); use envelope: cgroup"
                 )
-        self.fixes_rate = self.need_cpu
-        self.dir = os.path.join(self.base, TOP, self.run_id, self.name)
-        self.quota_us = self._quota_us()
-        self._procs_file = os.path.join(self.dir, "cgroup.procs")
+        self._root_at(self.base)
 
     def _evacuate(self) -> None:
         """Move every process of the base cgroup to its leaf: a cgroup with processes cannot enable
@@ -809,20 +820,12 @@ class PodEnvelope(CgroupV2Envelope):
                     pass
         raise RuntimeError(f"{self!r}: processes keep appearing in {self.base}; cannot enable controllers")
 
-    def create(self) -> None:
-        run = os.path.dirname(self.dir)
-        _makedirs(run)
-        if self.controllers:
-            enable = " ".join(f"+{c}" for c in self.controllers)
-            ctl = os.path.join(self.base, "cgroup.subtree_control")
-            if not set(self.controllers) <= set(_read(ctl).split()):
-                self._evacuate()
-                _write(ctl, enable)
-            for d in (os.path.join(self.base, TOP), run):
-                _write(os.path.join(d, "cgroup.subtree_control"), enable)
-        _makedirs(self.dir)
-        if self.need_cpu:
-            _write(os.path.join(self.dir, "cpu.max"), f"{self.quota_us} {self.period_us}")
+    def _enable_at_root(self, enable: str) -> None:
+        # Once per base (the leaf move is needed only before the first enable).
+        ctl = os.path.join(self.base, "cgroup.subtree_control")
+        if not set(self.controllers) <= set(_read(ctl).split()):
+            self._evacuate()
+            _write(ctl, enable)
 
 
 def probe_pod() -> str | None:
