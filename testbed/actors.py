@@ -23,12 +23,24 @@ from testbed.coordinator import Coordinator, NodeProxy
 _NOT_COLLECTED = ("io",)
 
 
-def _at_host(cfg: dict, ip: str) -> dict:
+#: An address in a NodeConfig (the NIC's, the exporter's) that means "this host's, as the other hosts of a
+#: joined Ray cluster reach it": only the actor knows which host it landed on (cluster.py).
+AT_RAY_NODE = "ray-node"
+
+
+def _at_host(cfg: dict) -> dict:
+    """``cfg`` with :data:`AT_RAY_NODE` replaced by this host's Ray address."""
+    mon = cfg.get("monitoring") or {}
+    if AT_RAY_NODE not in (cfg.get("nic_host"), mon.get("host")):
+        return cfg
+    import ray  # only in a Ray actor
+
+    ip = ray.util.get_node_ip_address()
     cfg = {**cfg}
-    if cfg.get("nic_host") == "ray-node":
+    if cfg.get("nic_host") == AT_RAY_NODE:
         cfg["nic_host"] = ip
-    if (cfg.get("monitoring") or {}).get("host") == "ray-node":
-        cfg["monitoring"] = {**cfg["monitoring"], "host": ip}
+    if mon.get("host") == AT_RAY_NODE:
+        cfg["monitoring"] = {**mon, "host": ip}
     return cfg
 
 
@@ -37,13 +49,7 @@ class AgentHost:
     through :meth:`call`, and process exits go to the coordinator actor's handle."""
 
     def __init__(self, cfgs: list[dict]) -> None:
-        # "ray-node": this host's address, as the other hosts reach it (a joined cluster: cluster.py).
-        if any(c.get("nic_host") == "ray-node" or (c.get("monitoring") or {}).get("host") == "ray-node"
-               for c in cfgs):  # fmt: skip
-            import ray  # only in a Ray actor
-
-            ip = ray.util.get_node_ip_address()
-            cfgs = [_at_host(c, ip) for c in cfgs]
+        cfgs = [_at_host(c) for c in cfgs]
         # In parallel: an agent's start waits for its fork server to import the worker modules.
         with cf.ThreadPoolExecutor(len(cfgs), thread_name_prefix="agent-init") as pool:
             futs = [pool.submit(NodeAgent, cfg) for cfg in cfgs]

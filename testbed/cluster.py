@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from testbed import events as ev
-from testbed.actors import AgentHost, CoordinatorActor
+from testbed.actors import AT_RAY_NODE, AgentHost, CoordinatorActor
 from testbed.agent import WORKER_MODULES, NodeConfig
 from testbed.clock import origin
 from testbed.mechanism.priority import raise_session_group, restore_session_group
@@ -154,7 +154,7 @@ def run_ray(
         node_mon = mon
         if joined and mon and mon["host"].startswith("127."):
             # Another host's exporter on loopback could not be scraped from here: its host's address.
-            node_mon = {**mon, "host": "ray-node"}
+            node_mon = {**mon, "host": AT_RAY_NODE}
         phase(f"starting {c.nodes} node agents in {len(groups)} processes")
         cfgs = [
             NodeConfig(
@@ -174,7 +174,7 @@ def run_ray(
                 bandwidth_Bps=c.network.bandwidth_mbps * 1e6 / 8 if c.network.bandwidth_mbps else None,
                 monitoring=node_mon,
                 preload=tuple(sorted({j.kind.__module__ for j in jobs} - set(WORKER_MODULES))),
-                nic_host="ray-node" if joined else "127.0.0.1",
+                nic_host=AT_RAY_NODE if joined else "127.0.0.1",
                 scratch=joined,
             ).__dict__
             for n in range(c.nodes)

@@ -252,7 +252,7 @@ def _cleanup(run_ids: set[str], any_marked: bool) -> dict[str, Any]:
         scratch = scratch_root(rid)
         if scratch.is_dir():
             shutil.rmtree(scratch, onerror=lambda _f, p, e: errors.append(f"removing {p}: {e[1]}"))
-            report["scratch_removed"] = [*report.get("scratch_removed", []), str(scratch)]
+            report.setdefault("scratch_removed", []).append(str(scratch))
     for rid in docker_ids:
         try:
             report["cgroups_removed"] += de.remove_parent_cgroups(rid)
