@@ -119,7 +119,11 @@ def run(
     for note in _preflight(scn, backend, out_dir, force):
         err.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     # Only now, with every check passed, does a results folder appear.
-    dest = runner.claim_out(out_dir, force) if out_dir is not None else runner.new_out(scn, backend)
+    # Claimed atomically (testbed/outfolder.py): a run that lost the race to another gets one line, exit 2.
+    try:
+        dest = runner.claim_out(out_dir, force) if out_dir is not None else runner.new_out(scn, backend)
+    except runner.PreflightError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
     signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
     # A background job of a script starts with SIGINT ignored (the shell's rule), and Python keeps an
     # inherited ignore: `kill -INT` would be lost and the run go on to its end. A run always stops on it.
@@ -223,7 +227,7 @@ def results_cmd(
 ) -> None:
     """Rebuild jobs.csv and summary.json from a run's events: any run, real or simulated, including one
     whose driver was killed (its events/*.jsonl are merged into events.jsonl first)."""
-    from testbed import results
+    from testbed import events, results
 
     if not run_dir.is_dir():
         _fail(f"{run_dir}: no such folder; give a run's results folder", EXIT_BAD_INPUT)
@@ -234,7 +238,7 @@ def results_cmd(
     for d in runs:
         try:
             summaries.append(results.rebuild(d))
-        except (results.ResultsError, OSError) as exc:
+        except (results.ResultsError, events.EventLogError, OSError) as exc:
             _fail(str(exc), EXIT_BAD_INPUT)
         out.print(f"rebuilt: {d / 'jobs.csv'}, {d / 'summary.json'}", highlight=False)
     out.print(results.table(summaries, title=f"{run_dir}"))

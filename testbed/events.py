@@ -117,17 +117,32 @@ class JsonlSink:
             self._fh = None
 
 
+class EventLogError(ValueError):
+    """An event log holds a line that is not an event, other than a torn last line. One line, naming the
+    file and the line: results are computed from the log only, so a damaged log is never read past."""
+
+
 def read_jsonl(path: str | os.PathLike) -> Iterator[dict]:
-    """Reads events, tolerating a torn last line (a crash mid-write)."""
+    """Reads events. Only a torn last line (a crash mid-write: no newline after it) is passed over; any
+    other line that is not a JSON object raises :class:`EventLogError`."""
     with open(path, "rb") as fh:
-        for line in fh:
+        for n, line in enumerate(fh, 1):
+            torn = not line.endswith(b"\n")
             line = line.strip()
             if not line:
                 continue
             try:
-                yield orjson.loads(line)
+                event = orjson.loads(line)
             except orjson.JSONDecodeError:
-                continue
+                if torn:
+                    return
+                event = None
+            if not isinstance(event, dict) or "kind" not in event or "t" not in event:
+                raise EventLogError(
+                    f"{path}: line {n} is not an event ({line[:60]!r}...); the log is damaged, so no "
+                    "results are computed from it"
+                )
+            yield event
 
 
 def merge(parts: Iterable[str | os.PathLike], out: str | os.PathLike) -> list[dict]:

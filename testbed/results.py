@@ -41,6 +41,9 @@ FAILED = "COMPLETED_FAILED"
 KILLED = "COMPLETED_KILLED"
 REJECTED = "REJECTED"
 NOT_STARTED = "NOT_STARTED"  # still queued when the run ended
+#: ``write``'s extra key: how many jobs the workload holds; the summary then counts those never submitted.
+JOBS_PLANNED = "jobs_planned"
+JOBS_NEVER_SUBMITTED = "jobs_never_submitted"
 
 
 def interval_set(nodes: list[int]) -> str:
@@ -412,8 +415,13 @@ def write(run_dir: Path, events: Iterable[dict], facts: RunFacts, extra: dict | 
                 {k: ("" if v is None else (round(v, 6) if isinstance(v, float) else v)) for k, v in r.items()}
             )
     summary = summarize(t, facts)
-    if extra:
-        summary.update(extra)
+    extra = dict(extra or {})
+    planned = extra.pop(JOBS_PLANNED, None)
+    if planned is not None and planned > summary["jobs"]:
+        # A run interrupted before every arrival: the jobs it never reached are part of what it was asked,
+        # and the summary says how many (jobs.csv has rows only for the jobs that arrived).
+        summary[JOBS_NEVER_SUBMITTED] = planned - summary["jobs"]
+    summary.update(extra)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 

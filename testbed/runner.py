@@ -8,12 +8,12 @@ holds a run's events, and its summary.json always says how it ended and the erro
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
 import os
 import re
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -21,15 +21,12 @@ from pathlib import Path
 import yaml
 
 from testbed import events as ev
-from testbed import results
+from testbed import outfolder, results
 from testbed.clock import host_cores
 from testbed.scenario import Scenario, effective_tdf
 from testbed.workload import build
 
 BACKENDS = ("ray", "sim")
-#: Every run writes its scenario first: a folder holding one is a testbed results folder, the only kind
-#: ``--force`` replaces.
-MARK = "scenario.yaml"
 #: Where results go without --out (relative to the working directory, as the README shows).
 DEFAULT_PARENT = Path("results")
 
@@ -156,7 +153,9 @@ def _check_envelope(scn: Scenario, usable: dict[str, str | None], where: str) ->
 
 def check_out(out: Path, force: bool = False) -> None:
     """Refuses a results folder this run cannot use: a file, a folder that already holds something (unless
-    ``force``, and then only a testbed results folder), or a place where nothing can be written."""
+    ``force``, and then only a finished run's folder holding nothing but what runs write), or a place where
+    nothing can be written. :func:`claim_out` checks again as it claims: this is the early, whole answer
+    for ``validate``."""
     label = f"--out {out}"
     if out.is_symlink() and not out.exists():
         raise PreflightError(f"{label}: is a link to nothing ({os.readlink(out)}); give a folder")
@@ -174,16 +173,33 @@ def check_out(out: Path, force: bool = False) -> None:
                 f"({shown}); results are never mixed: give a "
                 "new folder, or add --force to replace this one"
             )
-        if entries and not (out / MARK).exists():
-            raise PreflightError(
-                f"{label}: --force replaces only a testbed results folder (one with {MARK}) and this one "
-                "has none; remove it yourself or give another folder"
-            )
-        if entries and Path.cwd().resolve().is_relative_to(out.resolve()):
-            raise PreflightError(f"{label}: --force would remove the current folder; give another folder")
+        if entries:
+            _check_replaceable(out, label)
         _probe_write(out, label)
     else:
         check_writable(out, label)
+
+
+def _check_replaceable(out: Path, label: str) -> None:
+    if not (out / outfolder.MARKER).is_file():
+        raise PreflightError(
+            f"{label}: --force replaces only a folder a testbed run made (one with its "
+            f"{outfolder.MARKER} marker) and this one has none; remove it yourself or give another folder"
+        )
+    if outfolder.is_live(out):
+        raise PreflightError(
+            f"{label}: a run is writing it now; --force never replaces a live run's folder: give another"
+        )
+    foreign = outfolder.foreign_entries(out)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise PreflightError(
+            f"{label}: --force removes only what a testbed run wrote, and this folder also holds "
+            f"{len(foreign)} other {'entry' if len(foreign) == 1 else 'entries'} ({shown}); move those "
+            "out or give another folder"
+        )
+    if Path.cwd().resolve().is_relative_to(out.resolve()):
+        raise PreflightError(f"{label}: --force would empty the current folder; give another folder")
 
 
 def check_writable(path: Path, label: str) -> None:
@@ -207,19 +223,17 @@ def _probe_write(probe: Path, label: str) -> None:
 
 
 def claim_out(out: Path, force: bool = False) -> Path:
-    """Makes ``out`` ready for a run (after :func:`check_out`): created, or emptied with ``force``."""
-    if force and out.is_dir():
-        for entry in out.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-    out.mkdir(parents=True, exist_ok=True)
+    """Claims ``out`` for this run (after :func:`check_out`): created, or with ``force`` emptied of a
+    finished run's files; atomically, so two runs never share it (testbed/outfolder.py)."""
+    try:
+        outfolder.claim(out, force, label=f"--out {out}")
+    except outfolder.FolderError as exc:
+        raise PreflightError(str(exc)) from None
     return out
 
 
 def new_out(scn: Scenario, backend: str, parent: Path | None = None) -> Path:
-    """A fresh default results folder, created now: ``results/NAME-BACKEND-YYYYmmdd-HHMMSS``, then ``-2``,
+    """A fresh default results folder, claimed now: ``results/NAME-BACKEND-YYYYmmdd-HHMMSS``, then ``-2``,
     ``-3`` ... when another run took that name in the same second (mkdir is atomic: two runs never
     share a folder)."""
     name = re.sub(r"[^A-Za-z0-9._+=-]+", "_", scn.name).strip("._") or "scenario"
@@ -232,7 +246,7 @@ def new_out(scn: Scenario, backend: str, parent: Path | None = None) -> Path:
             p.mkdir()
         except FileExistsError:
             continue
-        return p
+        return claim_out(p)
     raise AssertionError("unreachable")
 
 
@@ -260,12 +274,26 @@ def run_once(
     # Agents and workers run in other working directories: every path handed to them is absolute.
     run_dir = Path(run_dir).absolute()
     _refuse_used(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / MARK).write_text(yaml.safe_dump(scn.model_dump(mode="json"), sort_keys=False))
-    jobs = build(scn)
-    if backend == "sim":
-        return _run_sim(scn, jobs, run_dir, on_status)
-    return _run_real(scn, jobs, run_dir, on_status, on_phase, prometheus, notice)
+    with _claimed(run_dir):
+        (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scn.model_dump(mode="json"), sort_keys=False))
+        jobs = build(scn)
+        if backend == "sim":
+            return _run_sim(scn, jobs, run_dir, on_status)
+        return _run_real(scn, jobs, run_dir, on_status, on_phase, prometheus, notice)
+
+
+@contextlib.contextmanager
+def _claimed(path: Path):
+    """``path`` claimed for the block: a caller that claimed it already (the CLI, a sweep) keeps it;
+    otherwise it is claimed here and freed when the block ends."""
+    if outfolder.held(path):
+        yield
+        return
+    claim = outfolder.held(claim_out(path))
+    try:
+        yield
+    finally:
+        claim.release()
 
 
 def _run_sim(scn: Scenario, jobs, run_dir: Path, on_status=None) -> dict:
@@ -300,16 +328,18 @@ def _run_sim(scn: Scenario, jobs, run_dir: Path, on_status=None) -> dict:
     except (Exception, KeyboardInterrupt) as exc:
         sink.close()
         if isinstance(exc, KeyboardInterrupt):
-            extra = {"ended": "interrupted (Ctrl-C)", "error": None}
+            extra = {"ended": "interrupted (Ctrl-C)", "error": None, results.JOBS_PLANNED: len(jobs)}
             results.write(run_dir, ev.read_jsonl(log), facts, extra)
             raise
         error = f"the simulation stopped: {ev.describe_error(exc)}"
-        results.write(run_dir, ev.read_jsonl(log), facts, {"ended": f"error: {error}", "error": error})
+        extra = {"ended": f"error: {error}", "error": error, results.JOBS_PLANNED: len(jobs)}
+        results.write(run_dir, ev.read_jsonl(log), facts, extra)
         raise RunFailed(error, run_dir) from exc
     sink.close()
     # Said as a real run says it: the duration, a stall (the simulator's own reason), or every job ended.
     ended = sim.core.ended or "all jobs ended"
-    return results.write(run_dir, ev.read_jsonl(log), facts, {"ended": ended, "error": None})
+    extra = {"ended": ended, "error": None, results.JOBS_PLANNED: len(jobs)}
+    return results.write(run_dir, ev.read_jsonl(log), facts, extra)
 
 
 def _run_real(scn: Scenario, jobs, run_dir: Path, on_status, on_phase, prometheus, notice) -> dict:
@@ -358,13 +388,13 @@ def _run_real(scn: Scenario, jobs, run_dir: Path, on_status, on_phase, prometheu
         if local_prom is not None:
             local_prom.stop()
         # Whatever happened, the results so far are written from the event log, with how the run ended.
-        summary = _write_real(scn, run_dir, tdf, facts)
+        summary = _write_real(scn, run_dir, tdf, facts, len(jobs))
     if failed is not None:
         raise failed
     return summary
 
 
-def _write_real(scn: Scenario, run_dir: Path, tdf: float, facts: dict) -> dict:
+def _write_real(scn: Scenario, run_dir: Path, tdf: float, facts: dict, planned: int) -> dict:
     merged = run_dir / "events.jsonl"
     if not merged.exists():
         ev.merge(sorted((run_dir / "events").glob("*.jsonl")), merged)
@@ -383,6 +413,7 @@ def _write_real(scn: Scenario, run_dir: Path, tdf: float, facts: dict) -> dict:
         "envelope_note": facts.get("envelope_note"),
         "nodes_down": facts.get("nodes_down"),
         "host_cores": host_cores(),
+        results.JOBS_PLANNED: planned,
         # A joined Ray cluster's run (cluster.ray_address): where each agent process ran, and the nodes
         # whose events and logs went with a host that died.
         **{k: facts[k] for k in ("agent_hosts", "logs_lost") if k in facts},
@@ -398,12 +429,16 @@ def run(
     comparison rows (:func:`testbed.sweep.comparison_rows`), also written to ``out/comparison.csv`` and
     plotted in ``out/plots/``."""
     if scn.sweep:
-        return _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice)
+        with _claimed(out):
+            return _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice)
+    if scn.repetitions == 1:
+        return [run_once(scn, backend, out, on_status, on_phase, prometheus, notice)]
     summaries = []
-    for rep in range(scn.repetitions):
-        run_dir = out if scn.repetitions == 1 else out / f"rep-{rep + 1}"
-        summaries.append(run_once(scn, backend, run_dir, on_status, on_phase, prometheus, notice))
-    if scn.repetitions > 1:
+    with _claimed(out):
+        for rep in range(scn.repetitions):
+            summaries.append(
+                run_once(scn, backend, out / f"rep-{rep + 1}", on_status, on_phase, prometheus, notice)
+            )
         (out / "summaries.json").write_text(json.dumps(summaries, indent=2) + "\n")
     return summaries
 
@@ -437,6 +472,8 @@ def _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice) -> li
             reps = v.scenario.repetitions
             res.status = sweep.INTERRUPTED
             try:
+                # The variant's folder is a run's, marked, even when its repetitions are folders below it.
+                claim_out(vdir)
                 for rep in range(reps):
                     run_dir = vdir if reps == 1 else vdir / f"rep-{rep + 1}"
                     res.summaries.append(

@@ -150,7 +150,7 @@ def _cases(tmp: Path) -> list[tuple[str, Path, list[str], str]]:
             "force-not-results",
             tiny,
             ["--out", str(full), "--force"],
-            "--force replaces only a testbed results folder",
+            "--force replaces only a folder a testbed run made",
         ),
     ]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from testbed import events as ev
-from testbed import results
+from testbed import outfolder, results
 
 from .conftest import SMALL, start_cli, wait_clean
 
@@ -44,12 +44,146 @@ def test_an_existing_out_is_refused_and_force_replaces_it(tmp_path):
     assert p.returncode == 2 and "already holds" in p.stderr and "--force" in p.stderr, p.stderr
     assert (out / "events.jsonl").read_text() == first  # untouched
 
+    # --force removes only what a run wrote: a file of the user's in it makes it refuse, removing nothing.
+    p = cli("run", str(QUICKSTART), "--backend", "sim", "--out", str(out), "--force", "-q")
+    assert p.returncode == 2 and "mine.txt" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert (out / "events.jsonl").read_text() == first and (out / "mine.txt").exists()
+
+    (out / "mine.txt").unlink()
     p = cli("run", str(QUICKSTART), "--backend", "sim", "--out", str(out), "--force", "-q")
     assert p.returncode == 0, p.stderr
-    assert not (out / "mine.txt").exists()  # replaced, not merged
+    assert outfolder.foreign_entries(out) == []
     # One run's jobs, not two runs' (appending doubled them before).
     assert len(_jobs(out)) == 8
     assert sum(1 for e in ev.read_jsonl(out / "events.jsonl") if e["kind"] == ev.JOB_SUBMITTED) == 8
+
+
+def test_force_never_deletes_a_users_project_folder(tmp_path):
+    # The user keeps their scenario beside their own files; a folder without a run's marker is not a
+    # results folder, whatever it holds (a file named scenario.yaml was all --force looked for before).
+    proj = tmp_path / "myproj"
+    (proj / "data").mkdir(parents=True)
+    (proj / "scenario.yaml").write_text(QUICKSTART.read_text())
+    (proj / "notes.txt").write_text("my notes")
+    (proj / "data" / "measurements.csv").write_text("a,b\n1,2\n")
+    before = {p: p.read_bytes() for p in proj.rglob("*") if p.is_file()}
+    for cmd in ("validate", "run"):
+        p = cli(cmd, str(proj / "scenario.yaml"), "--backend", "sim", "--out", str(proj), "--force")
+        assert p.returncode == 2, (cmd, p.stdout, p.stderr)
+        line = p.stderr.strip()
+        assert len(line.splitlines()) == 1 and "marker" in line and "remove it yourself" in line, line
+    assert {p: p.read_bytes() for p in proj.rglob("*") if p.is_file()} == before
+
+
+def test_force_never_replaces_a_live_runs_folder(tmp_path):
+    out = tmp_path / "out"
+    assert cli("run", str(QUICKSTART), "--backend", "sim", "--out", str(out), "-q").returncode == 0
+    first = (out / "events.jsonl").read_bytes()
+    # Another process holds the folder as a live run does (the marker's flock): --force must wait its turn.
+    code = (
+        "import sys, time; from testbed import outfolder; "
+        f"outfolder.claim({str(out)!r}, force=True); print('held', flush=True); time.sleep(60)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        for cmd in ("validate", "run"):
+            p = cli(cmd, str(QUICKSTART), "--backend", "sim", "--out", str(out), "--force")
+            assert p.returncode == 2 and "a run is writing it now" in p.stderr, (cmd, p.stderr)
+        assert outfolder.is_live(out)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not outfolder.is_live(out)
+    assert cli("run", str(QUICKSTART), "--backend", "sim", "--out", str(out), "--force", "-q").returncode == 0
+    assert (out / "events.jsonl").read_bytes() == first  # same scenario, same seed: the same run again
+
+
+def test_runs_started_together_on_one_new_out_never_share_it(tmp_path):
+    # Check and claim were separate steps: two runs could both pass the check and write one folder (3 of 8
+    # trials here). Each run has its own seed and quantum, so a mixed folder shows.
+    out = tmp_path / "shared"
+    variants = [(q, k) for k, q in enumerate((40, 50, 60, 70, 80, 90, 100, 110), 1)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "testbed.cli", "run", str(QUICKSTART), "--backend", "sim", "-q",
+             "--out", str(out), "--set", f"scheduler.params.quantum_ms={q}",
+             "--set", f"workload.seed={seed}"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for q, seed in variants
+    ]  # fmt: skip
+    codes = []
+    for p in procs:
+        _, err = p.communicate(timeout=180)
+        codes.append(p.returncode)
+        if p.returncode != 0:
+            assert p.returncode == 2 and len(err.strip().splitlines()) == 1 and "--out" in err, err
+    assert codes.count(0) == 1, codes
+    q, seed = variants[codes.index(0)]
+    import yaml
+
+    scn = yaml.safe_load((out / "scenario.yaml").read_text())
+    assert (scn["scheduler"]["params"]["quantum_ms"], scn["workload"]["seed"]) == (q, seed)
+    # The events are that run's: the same scenario run again alone gives the same log, byte for byte.
+    again = tmp_path / "again"
+    p = cli("run", str(QUICKSTART), "--backend", "sim", "-q", "--out", str(again),
+            "--set", f"scheduler.params.quantum_ms={q}", "--set", f"workload.seed={seed}")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    strip = lambda path: [{k: v for k, v in e.items() if k != "wall"} for e in ev.read_jsonl(path)]  # noqa: E731
+    assert strip(out / "events.jsonl") == strip(again / "events.jsonl")
+    assert outfolder.foreign_entries(out) == []
+    # The log is one run's: every line an event, and rebuilding it gives the same jobs.
+    jobs = (out / "jobs.csv").read_text()
+    assert cli("results", str(out)).returncode == 0
+    assert (out / "jobs.csv").read_text() == jobs
+
+
+def test_results_fails_on_a_damaged_event_line_and_passes_a_torn_last_one(tmp_path):
+    out = tmp_path / "sim"
+    assert cli("run", str(QUICKSTART), "--backend", "sim", "--out", str(out), "-q").returncode == 0
+    lines = (out / "events.jsonl").read_bytes().splitlines(keepends=True)
+    # A torn last line (a crash mid-write) is what a killed run leaves: passed over.
+    (out / "events.jsonl").write_bytes(b"".join(lines) + lines[-1][:17])
+    assert cli("results", str(out)).returncode == 0
+    # An interleaved line anywhere else is damage: one line naming the file and line, exit 2.
+    damaged = [*lines[:5], b'{"t": 1.0, "kind": "job_sta{"t": 2\n', *lines[5:]]
+    (out / "events.jsonl").write_bytes(b"".join(damaged))
+    p = cli("results", str(out))
+    assert p.returncode == 2 and "line 6 is not an event" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_an_interrupted_run_counts_the_jobs_it_never_reached(tmp_path):
+    scenario = ROOT / "scenarios" / "trace-nasa.yaml"
+    out = tmp_path / "nasa"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "sim", "-q",
+         "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and sum(1 for _ in _lines(out / "events.jsonl")) < 2000:
+        time.sleep(0.2)
+    p.send_signal(2)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    summary = json.loads((out / "summary.json").read_text())
+    from testbed.scenario import load
+    from testbed.workload import build
+
+    planned = len(build(load(scenario)))
+    assert summary["ended"].startswith("interrupted")
+    assert summary["jobs_never_submitted"] > 0
+    assert summary["jobs"] + summary["jobs_never_submitted"] == planned
+
+
+def _lines(path: Path):
+    try:
+        with open(path, "rb") as fh:
+            yield from fh
+    except FileNotFoundError:
+        return
 
 
 def test_runs_started_in_the_same_second_get_their_own_default_folders(tmp_path):
@@ -123,6 +257,7 @@ def test_results_rebuilds_a_real_run_from_its_per_node_logs(scenario_file, tmp_p
     text, _ = p.communicate(timeout=240)
     assert p.returncode == 0, text
     assert wait_clean(out) == ([], [])
+    assert outfolder.foreign_entries(out) == []  # a real run writes only what --force may remove
     before = json.loads((out / "summary.json").read_text())
     jobs = (out / "jobs.csv").read_text()
     for name in ("events.jsonl", "jobs.csv", "summary.json"):
