@@ -179,7 +179,7 @@ class Divisible(ProgramKind):
     def run(cls, cfg: DivisibleConfig, ctx) -> None:
         from testbed.apps.worker import WorkerError
 
-        from testbed.clock import Clock
+        from testbed.core.clock import Clock
 
         clock = Clock.from_env(ctx.env)
         workers = ctx.size - 1

@@ -1,5 +1,5 @@
 """tbcomm, the testbed's own messaging: the worker side (docs/architecture.md, "Messages"; NIC side:
-testbed/nic.py).
+testbed/emulator/nic.py).
 
 A message goes sender -> NIC of the receiver's node -> receiver. The receiver asks its own NIC for each
 message (RECV), so the NIC sees arrivals, waiting receivers and unconsumed messages. Wait modes, per recv:
@@ -11,7 +11,7 @@ message (RECV), so the NIC sees arrivals, waiting receivers and unconsumed messa
 When the NIC does not report message events to a policy, its GO says so and the receive is a standing
 one instead: the NIC pushes each message as it arrives, this side keeps the ones no recv has asked for
 yet and matches source and tag itself, and acknowledges what it consumed in the reserved header field
-of its next frame to its own NIC (testbed/nic.py explains both modes). The wait modes are the same.
+of its next frame to its own NIC (testbed/emulator/nic.py explains both modes). The wait modes are the same.
 
 A send returns once its frame is handed over, unless the job's ``send_wait`` (CC's sender, paper 003
 table 1) asks it to wait for the delivery acknowledgement: the DATA frame then says so (mode byte 1),
@@ -37,7 +37,7 @@ import socket
 import struct
 import time
 
-# Wire format: kept in sync by hand with testbed/nic.py (which documents each frame).
+# Wire format: kept in sync by hand with testbed/emulator/nic.py (which documents each frame).
 HEADER = struct.Struct("!IBBHiii")
 HELLO, PEER, GO, DATA, RECV, BLOCKED, COLL_ENTER, COLL_LEAVE, PROGRESS, ERROR, BYE, ACK = range(1, 13)
 DELIVERED, SEND_BLOCKED = 13, 14  # 15, 16: NIC to NIC only

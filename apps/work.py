@@ -1,6 +1,6 @@
 """The CPU work kernel of the synthetic programs.
 
-One work unit is ``WORK_UNIT_S`` of the calling thread's own CPU time at CPU rate 1.0 (testbed.jobs). A
+One work unit is ``WORK_UNIT_S`` of the calling thread's own CPU time at CPU rate 1.0 (testbed.core.jobs). A
 node's quota makes it a full-speed CPU for part of each period, so one ms of thread CPU time is one unit
 whatever the TDF; a slower node simply takes longer (in wall time) to deliver it.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-#: Must equal testbed.jobs.WORK_UNIT_S (a test checks it); not imported from there because that module
+#: Must equal testbed.core.jobs.WORK_UNIT_S (a test checks it); not imported from there because that module
 #: pulls in the policy types, and a worker's import time matters.
 WORK_UNIT_S = 0.001
 _UNIT_NS = 1_000_000

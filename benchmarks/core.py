@@ -80,7 +80,7 @@ def say(text: str = "") -> None:
 
 
 def pct(vals: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (as testbed.results)."""
+    """Nearest-rank percentile (as testbed.results.summary)."""
     if not vals:
         return None
     s = sorted(vals)
@@ -138,9 +138,9 @@ class Run:
     """One run_once on Ray into ``base/label``; keeps whatever results exist even if it failed."""
 
     def __init__(self, base: Path, label: str, doc: dict, on_status=None) -> None:
-        from testbed import events as ev
+        from testbed.core import events as ev
         from testbed.runner import run_once
-        from testbed.scenario import load
+        from testbed.scenario.model import load
 
         self.label = label
         self.dir = base / label
@@ -182,7 +182,7 @@ class Run:
         return self.events
 
     def completed_makespan(self) -> float:
-        from testbed.results import COMPLETED
+        from testbed.results.summary import COMPLETED
 
         s = self.summary
         if self.error is not None or s is None:
@@ -195,7 +195,7 @@ class Run:
 
 def failures(events: list[dict]) -> list[str]:
     """Why jobs failed or were killed, as recorded in the event log."""
-    from testbed import events as ev
+    from testbed.core import events as ev
 
     kinds = (ev.JOB_FAILED, ev.JOB_KILLED, ev.JOB_REJECTED)
     return [f"{e['kind']} {e.get('job')}: {e.get('reason', '')}" for e in events if e["kind"] in kinds]
@@ -224,8 +224,8 @@ def fmt(v, unit: str = "", nd: int = 2) -> str:
 
 
 def skew_figures(events: list[dict]) -> dict:
-    from testbed import events as ev
-    from testbed.results import slot_skews_ms
+    from testbed.core import events as ev
+    from testbed.results.summary import slot_skews_ms
 
     skews = slot_skews_ms(events)
     if not skews:
@@ -250,7 +250,7 @@ def skew_figures(events: list[dict]) -> dict:
 
 
 def rate_error(events: list[dict]) -> tuple[float, list[dict]]:
-    from testbed import events as ev
+    from testbed.core import events as ev
 
     probes = [e for e in events if e["kind"] == ev.RATE_PROBE]
     if not probes:
@@ -264,7 +264,7 @@ def rate_error(events: list[dict]) -> tuple[float, list[dict]]:
 def control_share(events: list[dict], cores: int) -> dict:
     """CPU of the agents' processes and the coordinator's over host CPU. Agents sharing a process
     (cluster.nodes_per_process) each report that process's CPU: counted once per pid."""
-    from testbed import events as ev
+    from testbed.core import events as ev
 
     infos = [e for e in events if e["kind"] == ev.RUN_INFO and e.get("control_cpu_s") is not None]
     agents = [e for e in infos if str(e.get("src", "")).startswith("node")]
@@ -311,7 +311,7 @@ class MemorySampler:
     def _agent_pids(self) -> list[int]:
         pids = []
         for f in sorted((self.run_dir / "events").glob("node*.jsonl")):
-            from testbed import events as ev
+            from testbed.core import events as ev
 
             for e in ev.read_jsonl(f):
                 if e["kind"] == ev.RUN_INFO and e.get("pid"):
@@ -322,7 +322,7 @@ class MemorySampler:
     def _sample(self, st: dict) -> None:
         import psutil
 
-        from testbed.mechanism.accounting import rss_pss_mb
+        from testbed.emulator.mechanism.accounting import rss_pss_mb
 
         me = psutil.Process(os.getpid())
         procs = me.children(recursive=True)
@@ -417,7 +417,7 @@ def measure_rate_none(base: Path, out: dict) -> None:
 
 
 def measure_sweep(base: Path, out: dict, quanta: tuple[int, ...], reps: int) -> None:
-    from testbed.clock import host_cores
+    from testbed.core.clock import host_cores
 
     say(
         f"\n== control overhead: 2 x 16 ranks x 1 s CPU; batch vs gang, quantum {quanta} ms; {reps} runs "
@@ -523,7 +523,7 @@ def measure_sweep(base: Path, out: dict, quanta: tuple[int, ...], reps: int) -> 
 
 def startup_once(base: Path, label: str, per_process: int | None = None) -> tuple[float, dict]:
     """(real s from spawning `testbed run` to its first job_started, the run's summary)."""
-    from testbed import events as ev
+    from testbed.core import events as ev
 
     d = base / label
     d.mkdir(parents=True, exist_ok=True)
@@ -574,7 +574,7 @@ def measure_startup(base: Path, out: dict, reps: int) -> None:
 
 def measure_per_process(base: Path, out: dict, values: list[int]) -> None:
     """For each nodes_per_process: control share and skew of one 100 ms gang run, and one start-up."""
-    from testbed.clock import host_cores
+    from testbed.core.clock import host_cores
 
     say(f"\n== nodes per actor process: {values} (one gang run, Q 100 ms, and one start-up each) ==")
     jobs = compute_jobs(2, 20, 50)
@@ -612,8 +612,8 @@ class ContainerMemory:
         try:
             import psutil
 
-            from testbed.mechanism import docker_envelope as de
-            from testbed.mechanism.accounting import rss_pss_mb
+            from testbed.emulator.mechanism import docker_envelope as de
+            from testbed.emulator.mechanism.accounting import rss_pss_mb
 
             run_id = next(
                 json.loads(ln)["run_id"]
@@ -775,8 +775,8 @@ def main() -> None:
     unknown = set(parts) - {*default, "per_process", "envelopes"}
     if unknown:
         parser.error(f"--only: unknown part(s) {', '.join(sorted(unknown))}")
-    from testbed.clock import host_cores
-    from testbed.scenario import ClusterConfig
+    from testbed.core.clock import host_cores
+    from testbed.scenario.model import ClusterConfig
 
     t_start = time.monotonic()
     idle0 = _idle()

@@ -85,20 +85,20 @@ def bsp_doc(period_ms: float, reps: int) -> dict:
 
 def sim(doc: dict, out: Path) -> dict:
     from testbed.runner import run_once
-    from testbed.scenario import load
+    from testbed.scenario.model import load
 
     return run_once(load(doc=doc), "sim", out)
 
 
 def exec_times(events: list[dict]) -> dict[str, float]:
-    from testbed import results
+    from testbed.results import summary as results
 
     return {r["job_id"]: r["execution_time"] for r in results.job_rows(events) if r["execution_time"]}
 
 
 def rank_figures(events: list[dict]) -> tuple[list[float], list[float]]:
     """(start latencies in emulated ms, CPU errors per rank) from one run's events."""
-    from testbed import events as ev
+    from testbed.core import events as ev
 
     started = {e["job"]: e["t"] for e in events if e["kind"] == ev.JOB_STARTED}
     lat = [(e["t"] - started[e["job"]]) * 1000 for e in events if e["kind"] == ev.PROC_READY]
@@ -116,7 +116,7 @@ def measure_bsp(base: Path, periods: list[float], reps: int, out: dict) -> dict:
         row = {"ratio": None, "error": None}
         try:
             s = sim(doc, base / f"bsp-{p:g}-sim")
-            from testbed import events as ev
+            from testbed.core import events as ev
 
             sim_t = exec_times(list(ev.read_jsonl(base / f"bsp-{p:g}-sim" / "events.jsonl")))
             r = core.run(base, f"bsp-{p:g}", doc)
@@ -204,7 +204,7 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="keep the run folders here instead of a temporary folder")
     a = ap.parse_args()
     parts = [p for p in a.only.split(",") if p] or ["bsp", "quickstart"]
-    from testbed.scenario import ClusterConfig
+    from testbed.scenario.model import ClusterConfig
 
     default_period = ClusterConfig().cfs_period_ms
     t0, (idle0, total0) = time.monotonic(), cpu_idle()

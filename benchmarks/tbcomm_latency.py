@@ -155,10 +155,10 @@ def raw_pair() -> _Pair:
 
 
 def tbcomm_pair(report_messages: bool) -> _Pair:
-    from testbed.clock import Clock
-    from testbed.loop import LoopThread
-    from testbed.mechanism.priority import raise_thread_priority
-    from testbed.nic import Nic
+    from testbed.core.clock import Clock
+    from testbed.emulator.loop import LoopThread
+    from testbed.emulator.mechanism.priority import raise_thread_priority
+    from testbed.emulator.nic import Nic
 
     clock = Clock.starting_now(1.0)
     threads, nics, addrs = [], [], []
@@ -192,7 +192,7 @@ def measure(rounds: int = 9, block: int = 300, one_cpu: bool = False) -> dict:
     ``one_cpu``: every process and thread of the benchmark on one CPU (the software path alone: no
     wake-up of the other CPU, which costs 20-30 us here when it is idle, as a raw pair pinned to two CPUs
     shows)."""
-    sys.setswitchinterval(0.0005)  # as in a node agent (testbed/agent.py)
+    sys.setswitchinterval(0.0005)  # as in a node agent (testbed/emulator/agent.py)
     saved = os.sched_getaffinity(0)
     if one_cpu:
         os.sched_setaffinity(0, {min(saved)})  # inherited by the threads and processes made below

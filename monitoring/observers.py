@@ -1,4 +1,4 @@
-"""The Prometheus metrics of a node agent and of the coordinator, as observers (testbed/observe.py).
+"""The Prometheus metrics of a node agent and of the coordinator, as observers (testbed/core/observe.py).
 
 Each observer owns its registry and HTTP endpoint, learns what happened from the events the component logs
 and the few hooks no event carries, buffers it on the component's loop thread, and pushes it into the
@@ -21,9 +21,9 @@ from testbed.monitoring.metrics import (
     utilization,
 )
 
-from testbed import events as ev
-from testbed.messages import SlotSwitches
-from testbed.observe import Observer
+from testbed.core import events as ev
+from testbed.core.messages import SlotSwitches
+from testbed.core.observe import Observer
 
 
 class _Served(Observer):

@@ -2,7 +2,8 @@
 
 Policies here are pure and deterministic. They never sleep, do I/O, read the wall clock or talk to Ray:
 time arrives as the ``now`` argument (emulated seconds), randomness comes from the ``seed`` they are given.
-The same objects drive the real-process emulator (``testbed.coordinator`` / ``testbed.agent``) and the
+The same objects drive the real-process emulator (``testbed.emulator.coordinator`` /
+``testbed.emulator.agent``) and the
 discrete-event simulator (``testbed.sim``).
 
 Two roles:
@@ -158,7 +159,8 @@ class GlobalPolicy(ABC):
     but one the policy caused by :class:`Kill` or :class:`Requeue`), :meth:`tick` at (or just after) the
     time last returned by :meth:`next_tick`, and :meth:`node_down` / :meth:`node_up` when a node fails or
     comes back. Each returns the actions to carry out, in order. The owner applies them in one place
-    (testbed/core.py), which refuses an action that cannot be carried out (an unknown job, a node out of
+    (testbed/core/decision.py), which refuses an action that cannot be carried out (an unknown job, a node
+    out of
     range or down, a node beyond :meth:`max_jobs_per_node`) with an error naming the policy.
     """
 

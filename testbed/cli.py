@@ -41,7 +41,7 @@ def _sigterm_to_interrupt(signum, frame):
 
 def _load(scenario: Path, overrides: list[str] | None):
     """The validated scenario, or exit 2 with the message that names the field and the fix."""
-    from testbed.scenario import ScenarioError, load
+    from testbed.scenario.model import ScenarioError, load
 
     try:
         return load(scenario, overrides or [])
@@ -103,7 +103,8 @@ def run(
 
     Exit status: 0 every job ended as planned; 1 an error ended the run; 2 bad input (nothing run) or
     Ray could not start; 3 some job failed or was killed; 130 interrupted."""
-    from testbed import results, runner
+    from testbed import runner
+    from testbed.results import summary as results
 
     if prometheus:
         from testbed.monitoring.prometheus import INSTALL_HINT, binary
@@ -119,7 +120,8 @@ def run(
     for note in _preflight(scn, backend, out_dir, force):
         err.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     # Only now, with every check passed, does a results folder appear.
-    # Claimed atomically (testbed/outfolder.py): a run that lost the race to another gets one line, exit 2.
+    # Claimed atomically (testbed/results/folder.py): a run that lost the race to another gets one line,
+    # exit 2.
     try:
         dest = runner.claim_out(out_dir, force) if out_dir is not None else runner.new_out(scn, backend)
     except runner.PreflightError as exc:
@@ -164,7 +166,7 @@ def run(
             )
     except KeyboardInterrupt:
         if scn.sweep and (dest / "comparison.csv").exists():
-            from testbed import sweep
+            from testbed.scenario import sweep
 
             rows = sweep.read_csv(dest / "comparison.csv")
             _print_table(sweep.table(rows, title=f"{scn.name}: sweep (interrupted)"))
@@ -185,11 +187,11 @@ def run(
         import traceback
 
         (dest / "error.txt").write_text(traceback.format_exc())
-        from testbed.events import describe_error
+        from testbed.core.events import describe_error
 
         _fail(f"internal error: {describe_error(exc)} (traceback in {dest / 'error.txt'})", EXIT_RUN_FAILED)
     if scn.sweep:
-        from testbed import sweep
+        from testbed.scenario import sweep
 
         title = f"{scn.name}: sweep of {len(summaries)} variants, {backend}"
         _print_table(sweep.table(summaries, title=title))
@@ -227,7 +229,8 @@ def results_cmd(
 ) -> None:
     """Rebuild jobs.csv and summary.json from a run's events: any run, real or simulated, including one
     whose driver was killed (its events/*.jsonl are merged into events.jsonl first)."""
-    from testbed import events, results
+    from testbed.core import events
+    from testbed.results import summary as results
 
     if not run_dir.is_dir():
         _fail(f"{run_dir}: no such folder; give a run's results folder", EXIT_BAD_INPUT)
@@ -314,7 +317,7 @@ def validate(
     for note in notes:
         out.print(f"note: {note}", highlight=False)
     if scn.sweep:
-        from testbed import sweep
+        from testbed.scenario import sweep
 
         vs = sweep.variants(scn)
         out.print(f"sweep: {len(vs)} variants: {', '.join(v.name for v in vs)}", highlight=False)
@@ -372,8 +375,8 @@ def k8s_render(
     force: Annotated[bool, typer.Option("--force", help="overwrite a non-empty --out folder")] = False,
 ) -> None:
     """Write a kustomize folder that runs SCENARIO on KubeRay: `kubectl apply -k FOLDER`."""
-    from testbed import k8s
-    from testbed.scenario import ScenarioError
+    from testbed.deploy import k8s
+    from testbed.scenario.model import ScenarioError
 
     try:
         files = k8s.render(scenario, image=image)

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.mechanism.envelope import TOP, cgroup_mounts, rmdir_up
+from testbed.emulator.mechanism.envelope import TOP, cgroup_mounts, rmdir_up
 
 RUN_ID_ENV = "TESTBED_RUN_ID"
 _NEEDLE = RUN_ID_ENV.encode() + b"="
@@ -195,7 +195,7 @@ def _cleanup(run_ids: set[str], any_marked: bool) -> dict[str, Any]:
     # The docker envelope's containers go first (removing one kills what is in its cgroups). A run that
     # used it has testbed-docker/<run> cgroups until cleaned; only then is the daemon asked (importing its
     # SDK and a round trip cost every other run's cleanup 0.1-0.3 s). `testbed cleanup` asks it anyway.
-    from testbed.mechanism import docker_envelope as de  # here: not on the janitor's start-up path
+    from testbed.emulator.mechanism import docker_envelope as de  # here: not on the janitor's start-up path
 
     found = de.leftover_run_ids()
     docker_ids = sorted(found if any_marked else found & run_ids)
@@ -361,7 +361,7 @@ def watch(
         try:
             from pathlib import Path
 
-            from testbed import results
+            from testbed.results import summary as results
 
             results.rebuild(
                 Path(run_dir),
@@ -377,7 +377,7 @@ def watch(
 
 def _restore_session_nice(sid: int, nice: str) -> bool:
     """Through any live process of session ``sid`` (an autogroup is the session's)."""
-    from testbed.mechanism.priority import restore_session_group
+    from testbed.emulator.mechanism.priority import restore_session_group
 
     for name in os.listdir("/proc"):
         if not name.isdigit():

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import yaml
 
-from testbed import events as ev
-from testbed import outfolder, results
-from testbed.clock import host_cores
-from testbed.scenario import Scenario, effective_tdf
-from testbed.workload import build
+from testbed.core import events as ev
+from testbed.core.clock import host_cores
+from testbed.results import folder as outfolder
+from testbed.results import summary as results
+from testbed.scenario.model import Scenario, effective_tdf
+from testbed.scenario.workload import build
 
 BACKENDS = ("ray", "sim")
 #: Where results go without --out (relative to the working directory, as the README shows).
@@ -58,22 +59,22 @@ def preflight(scn: Scenario, backend: str, out: Path | None = None, force: bool 
         raise PreflightError(f"--backend: unknown backend '{backend}'; known: {', '.join(BACKENDS)}")
     runs = [("", scn)]
     if scn.sweep:
-        from testbed import sweep
+        from testbed.scenario import sweep
 
         runs = [(f"variant '{v.name}': ", v.scenario) for v in sweep.variants(scn)]
     for where, s in runs:
         _check_policies(s, where)
     notes: list[str] = []
     if backend == "ray":
-        from testbed.mechanism.envelope import probe_envelopes
+        from testbed.emulator.mechanism.envelope import probe_envelopes
 
         usable: dict[str, str | None] = probe_envelopes()
         if any(s.cluster.envelope == "docker" for _, s in runs):
-            from testbed.mechanism import docker_envelope
+            from testbed.emulator.mechanism import docker_envelope
 
             usable["docker"] = docker_envelope.probe()
         if any(s.cluster.envelope == "pod" for _, s in runs):
-            from testbed.mechanism.envelope import probe_pod
+            from testbed.emulator.mechanism.envelope import probe_pod
 
             usable["pod"] = probe_pod()
         for where, s in runs:
@@ -109,7 +110,7 @@ def _check_policies(scn: Scenario, where: str) -> None:
 
 
 def _check_envelope(scn: Scenario, usable: dict[str, str | None], where: str) -> str | None:
-    from testbed.mechanism.envelope import MIN_QUOTA_US
+    from testbed.emulator.mechanism.envelope import MIN_QUOTA_US
 
     c = scn.cluster
     if c.envelope == "none":
@@ -224,7 +225,7 @@ def _probe_write(probe: Path, label: str) -> None:
 
 def claim_out(out: Path, force: bool = False) -> Path:
     """Claims ``out`` for this run (after :func:`check_out`): created, or with ``force`` emptied of a
-    finished run's files; atomically, so two runs never share it (testbed/outfolder.py)."""
+    finished run's files; atomically, so two runs never share it (testbed/results/folder.py)."""
     try:
         outfolder.claim(out, force, label=f"--out {out}")
     except outfolder.FolderError as exc:
@@ -343,11 +344,11 @@ def _run_sim(scn: Scenario, jobs, run_dir: Path, on_status=None) -> dict:
 
 
 def _run_real(scn: Scenario, jobs, run_dir: Path, on_status, on_phase, prometheus, notice) -> dict:
-    from testbed.cluster import RayStartError, run_ray
+    from testbed.emulator.backend import RayStartError, run_ray
 
     tdf = effective_tdf(scn)
     if scn.cluster.envelope != "none":
-        from testbed.mechanism.envelope import quota_us
+        from testbed.emulator.mechanism.envelope import quota_us
 
         c = scn.cluster
         try:
@@ -426,7 +427,8 @@ def run(
 ) -> list[dict]:
     """Runs the scenario's repetitions into ``out`` (``out/rep-k`` when more than one) and returns their
     summaries. With a ``sweep``, runs every variant into ``out/<variant>`` instead and returns the
-    comparison rows (:func:`testbed.sweep.comparison_rows`), also written to ``out/comparison.csv`` and
+    comparison rows (:func:`testbed.scenario.sweep.comparison_rows`), also written to
+    ``out/comparison.csv`` and
     plotted in ``out/plots/``."""
     if scn.sweep:
         with _claimed(out):
@@ -449,7 +451,7 @@ def _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice) -> li
     finished is still written before the interrupt goes on up."""
     import traceback
 
-    from testbed import sweep
+    from testbed.scenario import sweep
 
     if backend not in BACKENDS:
         raise PreflightError(f"--backend: unknown backend '{backend}'; known: {', '.join(BACKENDS)}")

@@ -6,11 +6,11 @@ writes the same event log. Model:
 * each node is a uniprocessor of rate ``cpu_rate`` shared by weighted processor sharing among the processes
   that are allowed to run (the local policy's ``run``) and want the CPU (computing, or spinning while
   waiting for a message); weights follow the Linux CFS nice table;
-* each process runs its job's :class:`~testbed.jobs.SyntheticApp`: ``iterations`` x {compute; ``gio``
+* each process runs its job's :class:`~testbed.core.jobs.SyntheticApp`: ``iterations`` x {compute; ``gio``
   writes of ``io_time_ms`` each (wall time, no CPU); barrier: every rank sends to rank 0, rank 0 answers
   all once it has heard from all; each message takes ``latency_s``; each message is one receive, which
   waits in the job's ``wait_mode`` if the message is not there yet}; with a point-to-point ``pattern``
-  (paper 000), the barrier step is ``msgs`` rounds of that pattern (:func:`testbed.jobs.pattern_plan`):
+  (paper 000), the barrier step is ``msgs`` rounds of that pattern (:func:`testbed.core.jobs.pattern_plan`):
   each message takes ``latency_s + msg_bytes / bandwidth_Bps`` (no bandwidth: latency only; a node's
   incoming link is not serialised), each is one receive as above (any source, the round's tag), and
   there are no collective enter/leave events (they are not collectives);
@@ -43,10 +43,10 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from testbed import events as ev
 from testbed.apps.base import Collective, Compute, Progress, Recv, Send, SimContext, Sleep
-from testbed.core import FINAL, DecisionCore
-from testbed.jobs import Job
+from testbed.core import events as ev
+from testbed.core.decision import FINAL, DecisionCore
+from testbed.core.jobs import Job
 from testbed.schedulers.base import (
     CollectiveEnter,
     CollectiveLeave,
@@ -263,7 +263,7 @@ class Simulation:
 
     def _emit(self, src: str, kind: str, t: float, **fields: Any) -> None:
         t = round(t, 9)
-        # The emulator's record (testbed/events.py); there is no real time in a simulation: the emulated
+        # The emulator's record (testbed/core/events.py); there is no real time in a simulation: the emulated
         # time stands for it and keeps the log deterministic.
         self._sink({"t": t, "wall": t, "src": src, "kind": kind, **fields})
 
@@ -355,7 +355,7 @@ class Simulation:
         self._emit(self.coord, kind, t, **fields)
 
     # ----------------------------------------------------------------------------------------------------
-    # Global side: the simulator as the decision core's backend (testbed/core.py)
+    # Global side: the simulator as the decision core's backend (testbed/core/decision.py)
 
     def _on_submit(self, job_id: str) -> None:
         self.core.submit(self.now, job_id)
@@ -800,7 +800,7 @@ class Simulation:
 
 def simulate(*args: Any, **kwargs: Any) -> list[dict]:
     """Simulates ``jobs`` under ``scheduler`` on ``nodes`` uniprocessor nodes; returns the event log in
-    the emulator's format (:class:`testbed.events.EventWriter`), ordered by emulated time.
+    the emulator's format (:class:`testbed.core.events.EventWriter`), ordered by emulated time.
 
     Takes :class:`Simulation`'s arguments: jobs, scheduler, params, *, nodes, cpu_rate=1.0, seed=0,
     duration=None, latency_s=50e-6, switch_skew_s=0.0, node_memory_mb=None, bandwidth_Bps=None.

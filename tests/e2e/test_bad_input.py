@@ -205,7 +205,7 @@ def _unshare_prefix(tmp_path: Path, ro: list[str]) -> list[str]:
 
 
 def _cgroup_mounts() -> list[str]:
-    from testbed.mechanism.envelope import cgroup_mounts
+    from testbed.emulator.mechanism.envelope import cgroup_mounts
 
     return [m for m, _, _, _ in cgroup_mounts()]
 
@@ -266,9 +266,9 @@ def test_an_agent_that_cannot_start_is_one_line_not_rays_whole_error(tmp_path):
     constructor error in ActorDiedError with the traceback in its text (issue 12, Found 4)."""
     import ray
 
-    from testbed.actors import AgentHost
-    from testbed.agent import NodeConfig
-    from testbed.cluster import root_cause
+    from testbed.emulator.actors import AgentHost
+    from testbed.emulator.agent import NodeConfig
+    from testbed.emulator.backend import root_cause
 
     cfg = NodeConfig(run_id="test-rootcause", node=0, run_dir="relative/run", tdf=1.0, envelope="none")
     ray.init(address="local", include_dashboard=False, log_to_driver=False, namespace="test-rootcause")

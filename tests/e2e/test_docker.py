@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import results
-from testbed.mechanism import docker_envelope as de
+from testbed.emulator.mechanism import docker_envelope as de
+from testbed.results import summary as results
 
 from ..conftest import requires
 from .conftest import LONG, kill_tree, run_ids, start_cli, wait_clean, wait_for_event

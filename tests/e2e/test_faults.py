@@ -18,9 +18,10 @@ import time
 
 import pytest
 
-from testbed import events as ev
-from testbed import results, runner
-from testbed.scenario import load
+from testbed import runner
+from testbed.core import events as ev
+from testbed.results import summary as results
+from testbed.scenario.model import load
 
 from ..conftest import soak
 from .conftest import (

@@ -12,7 +12,7 @@ import sys
 import pytest
 import yaml
 
-from testbed import events as ev
+from testbed.core import events as ev
 
 from .conftest import wait_clean
 

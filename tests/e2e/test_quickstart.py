@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import results
+from testbed.results import summary as results
 
 from ..conftest import in_ci
 from .conftest import wait_clean

@@ -25,8 +25,8 @@ import pytest
 import yaml
 from testbed.monitoring.prometheus import read_targets
 
-from testbed import events as ev
-from testbed import results
+from testbed.core import events as ev
+from testbed.results import summary as results
 
 from .conftest import run_marked_pids, wait_clean, wait_for_event
 from .conftest import testbed_cgroups as cgroups_of

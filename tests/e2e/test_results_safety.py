@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed import events as ev
-from testbed import outfolder, results
+from testbed.core import events as ev
+from testbed.results import folder as outfolder
+from testbed.results import summary as results
 
 from .conftest import SMALL, start_cli, wait_clean
 
@@ -169,8 +170,8 @@ def test_an_interrupted_run_counts_the_jobs_it_never_reached(tmp_path):
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
     summary = json.loads((out / "summary.json").read_text())
-    from testbed.scenario import load
-    from testbed.workload import build
+    from testbed.scenario.model import load
+    from testbed.scenario.workload import build
 
     planned = len(build(load(scenario)))
     assert summary["ended"].startswith("interrupted")
@@ -280,7 +281,7 @@ def test_results_rebuilds_a_real_run_from_its_per_node_logs(scenario_file, tmp_p
 
 def test_a_run_folder_that_holds_events_is_never_reused_by_the_runner(tmp_path):
     from testbed import runner
-    from testbed.scenario import load
+    from testbed.scenario.model import load
 
     scn = load(QUICKSTART)
     runner.run_once(scn, "sim", tmp_path / "r")

@@ -11,7 +11,7 @@ import sys
 
 import yaml
 
-from testbed import sweep
+from testbed.scenario import sweep
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -13,11 +13,11 @@ import time
 
 import pytest
 
+from testbed.emulator.mechanism import docker_envelope as de
+from testbed.emulator.mechanism import envelope as envmod
+from testbed.emulator.mechanism.envelope import EnvelopeUnavailable, make_envelope
+from testbed.emulator.mechanism.process import spawn
 from testbed.janitor import cleanup_run
-from testbed.mechanism import docker_envelope as de
-from testbed.mechanism import envelope as envmod
-from testbed.mechanism.envelope import EnvelopeUnavailable, make_envelope
-from testbed.mechanism.process import spawn
 
 from ..conftest import measured, requires
 
@@ -78,7 +78,7 @@ def test_absent_daemon_is_one_line_saying_how_to_start_it(monkeypatch):
 
 def test_absent_daemon_is_refused_at_preflight(monkeypatch):
     from testbed import runner
-    from testbed.scenario import Scenario
+    from testbed.scenario.model import Scenario
 
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     scn = Scenario.model_validate(
@@ -246,7 +246,7 @@ def test_fork_server_workers_start_inside_the_container(envelopes, tmp_path, run
     """The agent's fork server (issue 9) stays in the agent's cgroup, as with the cgroup envelope; each
     forked worker joins the container's cgroups before its first instruction, and stops, continues and
     dies under the agent's hand."""
-    from testbed.mechanism.forkserver import ForkServer
+    from testbed.emulator.mechanism.forkserver import ForkServer
 
     (tmp_path / "cg_report.py").write_text("print(open('/proc/self/cgroup').read(), flush=True)\n")
     e = envelopes(tdf=2.0)

@@ -10,15 +10,15 @@ import time
 
 import pytest
 
-from testbed.mechanism import envelope as envmod
-from testbed.mechanism.envelope import (
+from testbed.emulator.mechanism import envelope as envmod
+from testbed.emulator.mechanism.envelope import (
     CgroupV1Envelope,
     EnvelopeUnavailable,
     NoEnvelope,
     make_envelope,
     probe_envelopes,
 )
-from testbed.mechanism.process import spawn
+from testbed.emulator.mechanism.process import spawn
 
 from ..conftest import measured, requires
 

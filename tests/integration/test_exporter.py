@@ -18,11 +18,11 @@ from testbed.apps.synthetic import Synthetic, SyntheticConfig
 from testbed.monitoring.metrics import ADMISSION_OUTCOMES, DEADLINE_OUTCOMES, JOB_STATES, PROCESS_STATES
 from testbed.schedulers.base import JobSpec
 
-from testbed import events as ev
-from testbed import results
-from testbed.agent import NodeAgent, NodeConfig
-from testbed.coordinator import Coordinator, LocalProxy
-from testbed.jobs import Job
+from testbed.core import events as ev
+from testbed.core.jobs import Job
+from testbed.emulator.agent import NodeAgent, NodeConfig
+from testbed.emulator.coordinator import Coordinator, LocalProxy
+from testbed.results import summary as results
 
 from ..conftest import require
 

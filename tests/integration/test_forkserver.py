@@ -12,12 +12,12 @@ import time
 
 import pytest
 
+from testbed.emulator.mechanism import envelope as envmod
+from testbed.emulator.mechanism import forkserver
+from testbed.emulator.mechanism.envelope import make_envelope
+from testbed.emulator.mechanism.forkserver import ForkedWorker, ForkServer, served_module
+from testbed.emulator.mechanism.process import SpawnError, Worker
 from testbed.janitor import marked_processes
-from testbed.mechanism import envelope as envmod
-from testbed.mechanism import forkserver
-from testbed.mechanism.envelope import make_envelope
-from testbed.mechanism.forkserver import ForkedWorker, ForkServer, served_module
-from testbed.mechanism.process import SpawnError, Worker
 
 _V1_WHY = envmod.probe_v1()
 needs_v1 = pytest.mark.skipif(_V1_WHY is not None, reason=f"cgroup v1 envelope not usable here: {_V1_WHY}")

@@ -10,11 +10,11 @@ import uuid
 from testbed.apps.synthetic import Synthetic, SyntheticConfig
 from testbed.schedulers.base import JobSpec
 
-from testbed import events as ev
-from testbed import results
-from testbed.agent import NodeAgent, NodeConfig
-from testbed.coordinator import Coordinator, LocalProxy
-from testbed.jobs import Job
+from testbed.core import events as ev
+from testbed.core.jobs import Job
+from testbed.emulator.agent import NodeAgent, NodeConfig
+from testbed.emulator.coordinator import Coordinator, LocalProxy
+from testbed.results import summary as results
 
 from ..conftest import measured
 

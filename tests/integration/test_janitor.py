@@ -13,9 +13,9 @@ import time
 import pytest
 
 from testbed import janitor
+from testbed.emulator.mechanism import envelope as envmod
+from testbed.emulator.mechanism import make_envelope, spawn
 from testbed.janitor import cleanup_run, marked_processes, start_janitor
-from testbed.mechanism import envelope as envmod
-from testbed.mechanism import make_envelope, spawn
 
 from ..conftest import requires
 
@@ -62,7 +62,7 @@ def procs():
 
 PARENT = textwrap.dedent("""
     import json, os, subprocess, sys, time
-    from testbed.mechanism import make_envelope, spawn
+    from testbed.emulator.mechanism import make_envelope, spawn
     rid = sys.argv[1]
     busy = [sys.executable, "-c", "while True: pass"]
     nodes = [make_envelope("cgroup-v1", rid, k, 1.0, 4.0) for k in range(2)]

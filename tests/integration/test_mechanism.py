@@ -16,10 +16,10 @@ import time
 
 import pytest
 
-from testbed.mechanism import accounting
-from testbed.mechanism.envelope import NoEnvelope
-from testbed.mechanism.priority import raise_thread_priority, reset_thread_priority
-from testbed.mechanism.process import SpawnError, cont_all, spawn, stop_all
+from testbed.emulator.mechanism import accounting
+from testbed.emulator.mechanism.envelope import NoEnvelope
+from testbed.emulator.mechanism.priority import raise_thread_priority, reset_thread_priority
+from testbed.emulator.mechanism.process import SpawnError, cont_all, spawn, stop_all
 
 from ..conftest import measured
 
@@ -200,7 +200,7 @@ def test_children_do_not_inherit_controller_priority(run_id):
 def test_pdeathsig_kills_stopped_worker_with_parent(run_id):
     helper = textwrap.dedent(f"""
         import time
-        from testbed.mechanism.process import spawn
+        from testbed.emulator.mechanism.process import spawn
         w = spawn(["sleep", "60"], env=None, cwd=None, stdout=None, stderr=None, envelope=None,
                   run_id={run_id!r})
         w.stop()

@@ -10,7 +10,7 @@ import pytest
 from testbed.apps.synthetic import SyntheticConfig, pattern_plan
 from testbed.schedulers.base import Proc
 
-from testbed.jobs import Job, JobSpec, WaitSpec
+from testbed.core.jobs import Job, JobSpec, WaitSpec
 
 from .test_synthetic import nodes, start  # noqa: F401  (the four-NIC fixture and the worker launcher)
 

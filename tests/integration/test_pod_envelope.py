@@ -26,15 +26,15 @@ import uuid
 
 import pytest
 
-from testbed.mechanism import envelope as envmod
+from testbed.emulator.mechanism import envelope as envmod
 
 from ..conftest import require
 
 HELPER = textwrap.dedent(
     """
     import json, os, subprocess, sys, time
-    from testbed.mechanism import envelope as envmod
-    from testbed.mechanism.process import spawn
+    from testbed.emulator.mechanism import envelope as envmod
+    from testbed.emulator.mechanism.process import spawn
     out = {"proc_cgroup": open("/proc/self/cgroup").read()}
     try:
         envmod.PodEnvelope("podrun", 0, 1.0, 1.0)
@@ -161,7 +161,7 @@ def test_cgroup_v2_envelope_builds_its_tree_from_the_hierarchys_root():
     """envelope: cgroup-v2 (a host whose controllers are all in v2) on this host's real cgroup2 mount,
     hugetlb in cpu's place (see the module doc): the tree from the root, joining, freezing, accounting,
     cgroup.kill, and removal of everything it made."""
-    from testbed.mechanism.process import spawn
+    from testbed.emulator.mechanism.process import spawn
 
     root = _v2_root()
     require(root is not None, "no writable cgroup2 mount here")

@@ -8,8 +8,8 @@ from testbed.apps.synthetic import Synthetic, SyntheticConfig
 from testbed.schedulers import registry
 from testbed.schedulers.base import JobSpec, job_wait
 
-from testbed import results
-from testbed.jobs import Job, WaitSpec
+from testbed.core.jobs import Job, WaitSpec
+from testbed.results import summary as results
 
 from .test_gang_nodes import _run
 

@@ -16,14 +16,14 @@ from testbed.apps.work import WORK_UNIT_S, work
 from testbed.apps.worker import EXIT_PEER_GONE
 from testbed.schedulers.base import Proc
 
-from testbed.clock import Clock
-from testbed.jobs import WORK_UNIT_S as JOBS_WORK_UNIT_S
-from testbed.jobs import Job, JobSpec, WaitSpec
-from testbed.loop import LoopThread
-from testbed.mechanism import envelope as envmod
-from testbed.mechanism.envelope import make_envelope
-from testbed.mechanism.process import spawn
-from testbed.nic import Nic
+from testbed.core.clock import Clock
+from testbed.core.jobs import WORK_UNIT_S as JOBS_WORK_UNIT_S
+from testbed.core.jobs import Job, JobSpec, WaitSpec
+from testbed.emulator.loop import LoopThread
+from testbed.emulator.mechanism import envelope as envmod
+from testbed.emulator.mechanism.envelope import make_envelope
+from testbed.emulator.mechanism.process import spawn
+from testbed.emulator.nic import Nic
 
 _V1_WHY = envmod.probe_v1()
 needs_v1 = pytest.mark.skipif(_V1_WHY is not None, reason=f"cgroup v1 envelope not usable here: {_V1_WHY}")

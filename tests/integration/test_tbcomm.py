@@ -23,9 +23,9 @@ from testbed.schedulers.base import (
     SenderWoken,
 )
 
-from testbed.clock import Clock
-from testbed.loop import LoopThread
-from testbed.nic import Nic
+from testbed.core.clock import Clock
+from testbed.emulator.loop import LoopThread
+from testbed.emulator.nic import Nic
 
 from ..conftest import measured
 

@@ -1,4 +1,5 @@
-"""The decision core (testbed/core.py): one job-state machine, one refusal of impossible actions, node
+"""The decision core (testbed/core/decision.py): one job-state machine, one refusal of impossible actions,
+node
 faults and Kill / Requeue, checked through the simulator (its backend) and directly."""
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from testbed.schedulers.base import (
     Start,
 )
 
-from testbed import events as ev
-from testbed.core import FAILED, FINISHED, KILLED, QUEUED, RUNNING, DecisionCore, PolicyError
-from testbed.jobs import Job
-from testbed.scenario import ScenarioError, load
+from testbed.core import events as ev
+from testbed.core.decision import FAILED, FINISHED, KILLED, QUEUED, RUNNING, DecisionCore, PolicyError
+from testbed.core.jobs import Job
+from testbed.scenario.model import ScenarioError, load
 from testbed.sim import simulate
 
 

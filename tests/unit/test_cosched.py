@@ -38,7 +38,7 @@ from testbed.schedulers.cosched import Cc, Dcs, Hybrid, Pb, PbSb, Sb, Spin, Sy, 
 from testbed.schedulers.gang import Gang
 from testbed.schedulers.local import Local, LocalGlobal
 
-from testbed.jobs import Job, WaitSpec
+from testbed.core.jobs import Job, WaitSpec
 from testbed.sim import simulate
 from testbed.sim.engine import Simulation
 
@@ -540,8 +540,8 @@ def test_sim_cc_sender_spins_for_the_nic_ack_then_blocks_other_schemes_do_not_wa
 
 
 def test_the_runner_gives_cc_jobs_the_waiting_sender_and_no_other_scheme():
-    from testbed import workload
-    from testbed.scenario import load
+    from testbed.scenario import workload
+    from testbed.scenario.model import load
 
     def send_waits(name: str) -> set[str]:
         doc = {

@@ -28,8 +28,8 @@ from testbed.schedulers.divisible import (
 )
 from testbed.schedulers.params import PolicyConfigError
 
-from testbed import events as ev
-from testbed.jobs import Job
+from testbed.core import events as ev
+from testbed.core.jobs import Job
 from testbed.sim import simulate
 
 NAMES = ("mcdf", "fifo-anna", "fifo-an", "fifo-mn", "edf-anna", "edf-an", "edf-mn")

@@ -1,4 +1,4 @@
-"""Paper 001's task generator (testbed/divisible_tasks.py), the bad inputs of a divisible workload, and
+"""Paper 001's task generator (testbed/scenario/divisible.py), the bad inputs of a divisible workload, and
 the results it feeds (finish_spread_s, reject and miss ratios) through the simulator."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from collections import Counter
 import pytest
 from testbed.schedulers.divisible import Load, exec_time, fastest
 
-from testbed import runner, workload
-from testbed.scenario import ScenarioError, load
+from testbed import runner
+from testbed.scenario import workload
+from testbed.scenario.model import ScenarioError, load
 
 BASE = {"cluster": {"nodes": 8}, "scheduler": {"name": "mcdf"}}
 

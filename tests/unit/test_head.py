@@ -12,9 +12,9 @@ from testbed.apps.base import WORK_UNIT_S, Compute, MessagingConfig, ProgramKind
 from testbed.schedulers.base import JobSpec
 from testbed.schedulers.batch import Batch
 
-from testbed import events as ev
-from testbed import results
-from testbed.jobs import Job
+from testbed.core import events as ev
+from testbed.core.jobs import Job
+from testbed.results import summary as results
 from testbed.sim import simulate
 
 

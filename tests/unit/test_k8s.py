@@ -20,8 +20,8 @@ import kubernetes_validate as kv
 import pytest
 import yaml
 
-from testbed import k8s
-from testbed.scenario import load
+from testbed.deploy import k8s
+from testbed.scenario.model import load
 
 from ..conftest import require
 

@@ -11,7 +11,7 @@ from testbed.schedulers import registry
 from testbed.schedulers.base import Dispatch, GlobalPolicy, JobSpec, PolicyConfigError, Reject, Start
 from testbed.schedulers.placement import MemoryAwareParams, NodeMemory
 
-from testbed.jobs import Job
+from testbed.core.jobs import Job
 from testbed.sim import simulate
 
 #: Every scheduler that places jobs on nodes; all accept memory_aware.

@@ -145,7 +145,7 @@ def test_switch_skew_times_out_or_gives_up_on_down_nodes():
 
 
 def test_scenario_monitoring_section():
-    from testbed.scenario import ScenarioError, load
+    from testbed.scenario.model import ScenarioError, load
 
     doc = {"workload": {"jobs": [{"size": 1}]}}
     m = load(doc=doc).monitoring
@@ -159,14 +159,14 @@ def test_scenario_monitoring_section():
 
 
 def test_node_observer_turns_events_into_metrics(tmp_path):
-    """The node's metrics come from the events it logs and two hooks (testbed/observe.py): progress
+    """The node's metrics come from the events it logs and two hooks (testbed/core/observe.py): progress
     counted in increments per rank (a rank started again counts from 0), the job's class from its start,
     switch times sent on at the tick, continued processes and decision times."""
     from prometheus_client.parser import text_string_to_metric_families
     from testbed.monitoring.observers import NodeMetricsObserver
 
-    from testbed import events as ev
-    from testbed.messages import SlotSwitches
+    from testbed.core import events as ev
+    from testbed.core.messages import SlotSwitches
 
     sent, state = [], [0.0, 1, 2, 0]
     obs = NodeMetricsObserver(
@@ -207,7 +207,7 @@ def test_node_observer_counts_deadlines_and_a_head_node_has_no_cluster_gauges(tm
     cluster) exports them too, but no utilisation, power or energy: those are the cluster's."""
     from testbed.monitoring.observers import NodeMetricsObserver
 
-    from testbed import events as ev
+    from testbed.core import events as ev
 
     for head in (False, True):
         obs = NodeMetricsObserver(

@@ -11,7 +11,7 @@ from testbed.schedulers.base import Dispatch, GlobalPolicy, JobSpec, PolicyConfi
 from testbed.schedulers.gang import Gang, GangGlobal, GangLocal
 from testbed.schedulers.paired import Paired, PairedGlobal, predict
 
-from testbed.jobs import Job
+from testbed.core.jobs import Job
 from testbed.sim.engine import Simulation
 
 
@@ -449,7 +449,7 @@ def _mix_events(scheduler) -> list[dict]:
 
 def test_summary_reports_paired_share_and_barrier_rates_per_class():
     """The paper-002 metrics as the results module computes them from the event log alone."""
-    from testbed import results
+    from testbed.results import summary as results
 
     facts = results.RunFacts(4, 1.0, 1, 219.1, 18.968, 1.0, "modelled", "sim", "x")
     strict = results.summarize(_mix_events(Gang), facts)

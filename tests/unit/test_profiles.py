@@ -19,10 +19,10 @@ from testbed.schedulers.base import (
 from testbed.schedulers.batch import Batch
 from testbed.schedulers.local import Local, LocalGlobal
 
-from testbed.jobs import Job, WaitSpec
-from testbed.scenario import ScenarioError, load
+from testbed.core.jobs import Job, WaitSpec
+from testbed.scenario.model import ScenarioError, load
+from testbed.scenario.workload import build
 from testbed.sim import simulate
-from testbed.workload import build
 
 LAT = 50e-6
 

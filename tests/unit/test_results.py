@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from testbed import events as ev
-from testbed import results
+from testbed.core import events as ev
+from testbed.results import summary as results
 
 
 def _row(job, state, reason=""):

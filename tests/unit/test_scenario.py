@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed import scenario, workload
-from testbed.scenario import ScenarioError, load
+from testbed.scenario import model as scenario
+from testbed.scenario import workload
+from testbed.scenario.model import ScenarioError, load
 
 ROOT = Path(__file__).resolve().parents[2]
 MINI = {"workload": {"jobs": [{"size": 2}]}}
@@ -106,7 +107,7 @@ def test_a_joined_ray_cluster_needs_an_address_of_its_kind_and_a_fixed_tdf():
 def test_a_monotonic_reading_crosses_hosts_through_the_wall_clock():
     import time
 
-    from testbed import clock
+    from testbed.core import clock
 
     boot, offset = clock.origin()
     assert offset == pytest.approx(time.time() - time.monotonic(), abs=0.01)

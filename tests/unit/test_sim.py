@@ -30,7 +30,7 @@ from testbed.schedulers.batch import Batch
 from testbed.schedulers.gang import Gang
 from testbed.schedulers.local import Local, LocalGlobal
 
-from testbed.jobs import Job, WaitSpec
+from testbed.core.jobs import Job, WaitSpec
 from testbed.sim import simulate
 
 LAT = 50e-6

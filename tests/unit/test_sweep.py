@@ -8,8 +8,10 @@ import statistics
 
 import pytest
 
-from testbed import results, runner, sweep, workload
-from testbed.scenario import ScenarioError, load
+from testbed import runner
+from testbed.results import summary as results
+from testbed.scenario import sweep, workload
+from testbed.scenario.model import ScenarioError, load
 
 GEN = {
     "seed": 5,

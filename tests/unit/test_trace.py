@@ -1,4 +1,5 @@
-"""SWF trace replay (testbed/swf.py, workload.trace): the shipped NASA log read as the archive describes
+"""SWF trace replay (testbed/scenario/swf.py, workload.trace): the shipped NASA log read as the archive
+describes
 it, scaled as the scenario says, and bad traces refused naming the file and line."""
 
 from __future__ import annotations
@@ -8,9 +9,9 @@ from pathlib import Path
 import pytest
 from testbed.apps.synthetic import Synthetic
 
-from testbed import swf
-from testbed.scenario import ScenarioError, load
-from testbed.workload import build
+from testbed.scenario import swf
+from testbed.scenario.model import ScenarioError, load
+from testbed.scenario.workload import build
 
 NASA = Path(__file__).resolve().parents[2] / "scenarios" / "traces" / "NASA-iPSC-1993-3.1-cln.swf.gz"
 

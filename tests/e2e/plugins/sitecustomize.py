@@ -53,7 +53,7 @@ def _wrap_synthetic_run() -> None:
     import sys
 
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if spec is None or spec.name != "testbed.mechanism.forkserver":
+    if spec is None or spec.name != "testbed.emulator.mechanism.forkserver":
         return  # only in a fork server's children
     mod = importlib.import_module("testbed.apps.synthetic")
     if getattr(mod.Synthetic.run, "_misbehaves", False):

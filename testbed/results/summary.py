@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed import events as ev
+from testbed.core import events as ev
 from testbed.apps.reports import DEADLINE_UNITS as _DEADLINE_UNITS
 from testbed.apps.reports import DEADLINES_MISSED, FINISH_UNIT, SAMPLE_UNITS
 
@@ -73,7 +73,7 @@ class RunFacts:
 
 
 def facts_of(scn, backend: str, tdf: float, envelope: str) -> RunFacts:
-    """A run's facts from its scenario (a :class:`testbed.scenario.Scenario`)."""
+    """A run's facts from its scenario (a :class:`testbed.scenario.model.Scenario`)."""
     c = scn.cluster
     return RunFacts(
         nodes=c.nodes,
@@ -449,7 +449,7 @@ def rebuild(run_dir: Path, ended: str | None = None, allow_empty: bool = False) 
     driver recorded in an earlier summary.json (how the run ended, the error, start-up figures) is kept,
     and ``ended`` fills it in when the driver recorded nothing. ``allow_empty``: a run that stopped
     before any event (Ray never started) still gets its summary."""
-    from testbed.scenario import ScenarioError, load
+    from testbed.scenario.model import ScenarioError, load
 
     run_dir = Path(run_dir)
     parts = sorted((run_dir / "events").glob("*.jsonl"))

@@ -7,7 +7,7 @@ imported; a ``python -m MODULE ARGS`` command is served by forking it and runnin
 ``__main__`` in the child with that argv, environment, working directory and output files. The module
 is imported once, in the server, on its first request (or at start with ``preload``), and its code
 object is compiled there once; the child runs it directly. Anything else (``mpiexec ...``, another
-interpreter, interpreter options) goes through :func:`testbed.mechanism.process.spawn`'s exec path.
+interpreter, interpreter options) goes through :func:`testbed.emulator.mechanism.process.spawn`'s exec path.
 
 The server keeps ``POOL_SIZE`` children forked ahead, each past the generic part of a start (the fork
 itself, copy-on-write faults, the resets below; ~1-2 ms of CPU) and then past the envelope's join,
@@ -54,7 +54,7 @@ Limits of a fork (said here, not hidden): interpreter-start settings of the requ
 which the child applies to its standard streams; a module must be import-safe (no threads or other side
 effects at import: the server refuses one that leaves a thread behind).
 
-Server: ``python -m testbed.mechanism.forkserver --fd N [--preload M[:F],...] [--join FILE,...]``.
+Server: ``python -m testbed.emulator.mechanism.forkserver --fd N [--preload M[:F],...] [--join FILE,...]``.
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from testbed.mechanism.envelope import join_files_now
-from testbed.mechanism.process import (
+from testbed.emulator.mechanism.envelope import join_files_now
+from testbed.emulator.mechanism.process import (
     KILL_REAP_TIMEOUT_S,
     BaseWorker,
     Output,
@@ -264,7 +264,7 @@ class ForkServer:
         self._lock = threading.Lock()
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         join = envelope.join_files() if envelope is not None else []
-        argv = [sys.executable, "-m", "testbed.mechanism.forkserver", "--fd", str(theirs.fileno())]
+        argv = [sys.executable, "-m", "testbed.emulator.mechanism.forkserver", "--fd", str(theirs.fileno())]
         if preload:
             argv += ["--preload", ",".join(preload)]
         if join:
@@ -669,7 +669,9 @@ def _become_worker(p: _Pooled, req: dict, fds: list[int], join: list[bytes]) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m testbed.mechanism.forkserver", description="fork server")
+    ap = argparse.ArgumentParser(
+        prog="python -m testbed.emulator.mechanism.forkserver", description="fork server"
+    )
     ap.add_argument("--fd", type=int, required=True, help="the client's SOCK_SEQPACKET socket")
     ap.add_argument(
         "--preload", default="", help="modules to import at start (module[:function]), comma-separated"

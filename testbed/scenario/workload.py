@@ -11,8 +11,8 @@ import numpy as np
 from testbed.apps import profiles
 from testbed.apps import registry as kinds
 from testbed.apps.base import AppConfig, WaitSpec
-from testbed.jobs import Job
-from testbed.scenario import Scenario
+from testbed.core.jobs import Job
+from testbed.scenario.model import Scenario
 from testbed.schedulers import registry
 from testbed.schedulers.base import JobSpec, RealTime, job_wait
 
@@ -120,7 +120,7 @@ def build(scn: Scenario) -> list[Job]:
     if scn.workload.trace is not None:
         jobs.extend(_replay(scn.workload.trace, scn.cluster.nodes, scn))
     if scn.workload.divisible is not None:
-        from testbed.divisible_tasks import draw
+        from testbed.scenario.divisible import draw
 
         drawn = draw(scn.workload.divisible, scn.cluster.nodes, scn.workload.seed)
         jobs.extend(Job(j.spec, j.app, _wait(j.app, scn)) for j in drawn)
@@ -139,9 +139,10 @@ def _bind(job: Job, rate: float) -> Job:
 
 
 def _replay(tr, nodes: int, scn: Scenario) -> list[Job]:
-    """The trace's jobs (testbed/swf.py), arrivals from the first replayed job's, scaled; jobs that did not
+    """The trace's jobs (testbed/scenario/swf.py), arrivals from the first replayed job's, scaled; jobs
+    that did not
     run (run time or processors unknown or 0) are left out."""
-    from testbed import swf
+    from testbed.scenario import swf
 
     kind = kinds.get(tr.app.kind)
     template = kind.resolve(tr.app)

@@ -47,7 +47,7 @@ import signal
 import time
 from abc import ABC, abstractmethod
 
-from testbed.mechanism import accounting
+from testbed.emulator.mechanism import accounting
 
 log = logging.getLogger(__name__)
 
@@ -696,7 +696,7 @@ def make_envelope(
         raise ValueError(f"unknown envelope kind {kind!r}; known kinds: {', '.join(KINDS)}")
     args = (run_id, node, cpu_rate, tdf, cores, period_us)
     if kind == "docker":
-        from testbed.mechanism.docker_envelope import DockerEnvelope
+        from testbed.emulator.mechanism.docker_envelope import DockerEnvelope
 
         return DockerEnvelope(*args, memory_mb=memory_mb)
     if kind == "pod":

@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from testbed.apps import registry as kinds
-from testbed.divisible_tasks import DivisibleTasks
+from testbed.scenario.divisible import DivisibleTasks
 from testbed.schedulers import registry
 from testbed.schedulers.base import PolicyConfigError
 
@@ -79,7 +79,7 @@ class ClusterConfig(_Model):
         ge=1,
         le=1000,
         description="real ms: CFS period of the node cgroups; shorter periods show sleeps (I/O) more "
-        "faithfully at a higher kernel cost (testbed/mechanism/envelope.py)",
+        "faithfully at a higher kernel cost (testbed/emulator/mechanism/envelope.py)",
     )
     memory_mb: float | None = Field(
         None, gt=0, description="memory per node for memory-aware allocation; null = not checked"
@@ -276,7 +276,7 @@ class PoissonGenerator(_Model):
 
 
 class TraceReplay(_Model):
-    """Jobs replayed from an SWF trace (testbed/swf.py): each trace job's arrival, size and run time,
+    """Jobs replayed from an SWF trace (testbed/scenario/swf.py): each trace job's arrival, size and run time,
     scaled, running ``app`` (its length set from the trace: ``ceil(run / step_s)`` iterations computing
     the run time in all, at rate 1.0; the app's other fields, such as a barrier per iteration, kept)."""
 
@@ -305,7 +305,7 @@ class WorkloadConfig(_Model):
     generator: PoissonGenerator | None = None
     trace: TraceReplay | None = None
     divisible: DivisibleTasks | None = Field(
-        None, description="paper 001's divisible-load tasks (testbed/divisible_tasks.py)"
+        None, description="paper 001's divisible-load tasks (testbed/scenario/divisible.py)"
     )
 
     @model_validator(mode="after")
@@ -342,7 +342,7 @@ class FaultsConfig(_Model):
 
 class SweepVariant(_Model):
     """One variant of a sweep: the base scenario with ``set`` (dotted key -> value) applied exactly like
-    ``--set`` overrides. The expansion, checks and comparison live in :mod:`testbed.sweep`."""
+    ``--set`` overrides. The expansion, checks and comparison live in :mod:`testbed.scenario.sweep`."""
 
     name: str = Field(..., description="the variant's results folder and its row in comparison.csv")
     set: dict[str, Any] = Field(..., description="dotted key -> value, e.g. scheduler.name")
@@ -350,14 +350,14 @@ class SweepVariant(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v):
-        from testbed.sweep import check_name
+        from testbed.scenario.sweep import check_name
 
         return check_name(v)
 
     @field_validator("set")
     @classmethod
     def _keys(cls, v):
-        from testbed.sweep import check_keys
+        from testbed.scenario.sweep import check_keys
 
         return check_keys(v)
 
@@ -378,21 +378,21 @@ class Scenario(_Model):
     faults: FaultsConfig = Field(default_factory=FaultsConfig)
     sweep: list[SweepVariant] | None = Field(
         None,
-        description="variants run on the same workload and compared (testbed.sweep): a list of "
+        description="variants run on the same workload and compared (testbed.scenario.sweep): a list of "
         "{name, set: {dotted.key: value}} or a grid {dotted.key: [values]} (cartesian product)",
     )
 
     @field_validator("sweep", mode="before")
     @classmethod
     def _sweep_grid(cls, v):
-        from testbed.sweep import normalize
+        from testbed.scenario.sweep import normalize
 
         return normalize(v)
 
     @field_validator("sweep")
     @classmethod
     def _sweep_names(cls, v):
-        from testbed.sweep import check_variants
+        from testbed.scenario.sweep import check_variants
 
         return check_variants(v)
 
@@ -619,7 +619,7 @@ def load(path: str | Path | None = None, overrides: list[str] = (), doc: dict | 
     except ValidationError as exc:
         raise ScenarioError.listing("invalid scenario", _format_errors(exc)) from None
     if scn.sweep:
-        from testbed.sweep import variants
+        from testbed.scenario.sweep import variants
 
         variants(scn)  # every variant is checked up front; ScenarioError names the variant and field
     return scn
@@ -638,7 +638,7 @@ def _resolve_trace(doc: dict, base: Path) -> None:
 
 
 def effective_tdf(scn: Scenario, cores: int | None = None) -> float:
-    from testbed.clock import auto_tdf
+    from testbed.core.clock import auto_tdf
 
     if scn.clock.tdf == "auto":
         c = scn.cluster

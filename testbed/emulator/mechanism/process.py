@@ -37,8 +37,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any
 
-from testbed.mechanism import accounting
-from testbed.mechanism.envelope import Envelope
+from testbed.emulator.mechanism import accounting
+from testbed.emulator.mechanism.envelope import Envelope
 
 log = logging.getLogger(__name__)
 

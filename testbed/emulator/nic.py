@@ -65,8 +65,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from testbed.apps.tbcomm import local_socket_name
-from testbed.clock import Clock
-from testbed.mechanism.priority import raise_thread_priority
+from testbed.core.clock import Clock
+from testbed.emulator.mechanism.priority import raise_thread_priority
 from testbed.schedulers.base import (
     CollectiveEnter,
     CollectiveLeave,

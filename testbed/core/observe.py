@@ -1,6 +1,6 @@
 """Observer hooks: what a node agent or the coordinator lets others watch, without knowing who watches.
 
-A component hands every event it logs to its observers (testbed/events.py, ``EventWriter.subscribe``) and
+A component hands every event it logs to its observers (testbed/core/events.py, ``EventWriter.subscribe``) and
 calls the hooks below for the few facts no event carries. ``monitoring/`` subscribes its Prometheus
 metrics this way (monitoring/observers.py); anything else that wants to watch a run live (a progress
 feed, a test) can too. Hooks run on the component's loop thread and must return quickly: they buffer, and
@@ -34,7 +34,7 @@ class Observer:
         """The coordinator sent slot ``slot``'s plan to ``nodes``."""
 
     def reported(self, msg: Any) -> None:
-        """A node's report reached the coordinator (testbed/messages.py)."""
+        """A node's report reached the coordinator (testbed/core/messages.py)."""
 
     def tick(self) -> None:
         """Periodic work: push buffered observations wherever they go."""

@@ -92,7 +92,8 @@ class EventWriter:
         return ev
 
     def subscribe(self, fn: Callable[[dict], Any]) -> None:
-        """``fn(record)`` for every event emitted from now on, after it is written (testbed/observe.py)."""
+        """``fn(record)`` for every event emitted from now on, after it is written
+        (testbed/core/observe.py)."""
         self._subscribers.append(fn)
 
     def close(self) -> None:

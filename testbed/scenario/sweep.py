@@ -13,7 +13,7 @@ or a grid, the cartesian product of one or more keys' values, named from the val
     sweep: {scheduler.name: [batch, gang, hybrid]}
 
 A variant is the base scenario (``sweep`` removed) with its ``set`` applied through the same machinery as
-``--set`` (:func:`testbed.scenario.apply_override`), then validated like a file. The workload section is
+``--set`` (:func:`testbed.scenario.model.apply_override`), then validated like a file. The workload section is
 the base's unless a variant overrides a workload key, and then the notes say so.
 """
 
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed import results
-from testbed.scenario import Scenario, ScenarioError, SweepVariant, apply_override, load
+from testbed.results import summary as results
+from testbed.scenario.model import Scenario, ScenarioError, SweepVariant, apply_override, load
 
 #: The headline metrics compared (summary.json keys); one plot each.
 METRICS = (
@@ -218,7 +218,7 @@ def _drop_foreign_params(doc: dict, sets: dict[str, Any]) -> list[str]:
 def _job_fingerprint(scn: Scenario) -> list[tuple]:
     """The generated jobs as data, less the receive and send wait modes and spin time (coscheduling schemes
     impose their own on every job: that is the policy under test, not a different workload)."""
-    from testbed.workload import build
+    from testbed.scenario.workload import build
 
     out = []
     for j in build(scn):
@@ -476,7 +476,7 @@ def write(out: Path, res: list[VariantResult], title: str = "") -> list[dict]:
 
 def table(rows: list[dict], title: str = "comparison"):
     """A rich table of comparison rows (dicts from :func:`comparison_rows` or read back from the CSV):
-    one column per variant, like :func:`testbed.results.table`, so that a handful of variants fits a
+    one column per variant, like :func:`testbed.results.summary.table`, so that a handful of variants fits a
     terminal; the CSV has one row per variant."""
     from rich.table import Table
 

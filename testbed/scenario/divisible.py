@@ -62,7 +62,7 @@ def draw(gen: DivisibleTasks, cluster_nodes: int, seed: int) -> list:
     import numpy as np
 
     from testbed.apps.divisible import DivisibleConfig
-    from testbed.jobs import Job
+    from testbed.core.jobs import Job
     from testbed.schedulers.base import JobSpec
     from testbed.schedulers.divisible import Load, exec_time, fastest
 

@@ -5,7 +5,8 @@ policy through the mechanism (stop/continue, nice), samples per-process CPU time
 gang slots on its own timer at the announced emulated time, hosts the node's NIC, and records events.
 
 All state lives on one loop thread (``LoopThread``); public methods may be called from any thread (Ray's
-executor threads) and marshal onto it. The class is plain Python; ``testbed.cluster`` wraps it as a Ray
+executor threads) and marshal onto it. The class is plain Python; ``testbed.emulator.backend`` wraps it as
+a Ray
 actor.
 """
 
@@ -22,17 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed import events as ev
-from testbed.clock import Clock
+from testbed.core import events as ev
+from testbed.core.clock import Clock
+from testbed.core.messages import NodeError, ProcExit, QuantumUsage
+from testbed.core.observe import Observer
+from testbed.emulator.loop import LoopThread
+from testbed.emulator.mechanism.envelope import make_envelope
+from testbed.emulator.mechanism.forkserver import ForkServer
+from testbed.emulator.mechanism.priority import raise_process_nice, raise_thread_priority
+from testbed.emulator.mechanism.process import BaseWorker
+from testbed.emulator.nic import Nic
 from testbed.janitor import scratch_root
-from testbed.loop import LoopThread
-from testbed.mechanism.envelope import make_envelope
-from testbed.mechanism.forkserver import ForkServer
-from testbed.mechanism.priority import raise_process_nice, raise_thread_priority
-from testbed.mechanism.process import BaseWorker
-from testbed.messages import NodeError, ProcExit, QuantumUsage
-from testbed.nic import Nic
-from testbed.observe import Observer
 from testbed.schedulers import registry
 from testbed.schedulers.base import (
     JobSpec,
@@ -46,7 +47,8 @@ from testbed.schedulers.base import (
 
 #: How often (emulated s) live processes' CPU time is sampled when nothing else samples it.
 SAMPLE_PERIOD_S = 1.0
-#: Imported by the node's fork server at start, so that no rank pays for them (testbed.mechanism.forkserver).
+#: Imported by the node's fork server at start, so that no rank pays for them
+#: (testbed.emulator.mechanism.forkserver).
 #: Each ``module:function`` also calls it there; measured per rank without them: tbcomm's import 8.5 ms of
 #: CPU, the registry's entry-point scan 8 ms.
 WORKER_MODULES = (
@@ -144,7 +146,9 @@ class NodeAgent:
         self.report_quanta = getattr(self.sched.global_policy, "wants_utilization", False)
         self.procs: dict[Proc, _ProcState] = {}
         self.exits: list[dict] = []
-        self.notify: Callable[[Any], Any] | None = None  # reports to the coordinator (testbed/messages.py)
+        self.notify: Callable[[Any], Any] | None = (
+            None  # reports to the coordinator (testbed/core/messages.py)
+        )
         self.down: str | None = None  # why the node is down (a scripted fault), or None
         self.switches = 0
         self.closed = False
@@ -225,7 +229,7 @@ class NodeAgent:
 
     def set_run(self, t0: float, notify: Callable[[Any], Any] | None = None) -> None:
         """Fixes the run's clock; ``notify(message)`` reports to the coordinator (process exits, CPU per
-        quantum, switch times: testbed/messages.py)."""
+        quantum, switch times: testbed/core/messages.py)."""
 
         def _set():
             self.clock = Clock(self.cfg.tdf, t0)
@@ -286,7 +290,8 @@ class NodeAgent:
         spec: JobSpec | None = None,
     ) -> int:
         """Starts rank ``rank`` of ``job_id``'s start number ``attempt``: ``argv`` with the job's ``env``
-        on top of the node's own (testbed.jobs.Job.launch says what the job's part holds); ``spec`` is the job
+        on top of the node's own (testbed.core.jobs.Job.launch says what the job's part holds); ``spec`` is
+        the job
         as the global policy saw it (the local policy hears of it with the process). What is left
         here of an earlier start of the job's rank is killed first. Refused while the node is down."""
         if self.down is not None:
@@ -605,7 +610,7 @@ class NodeAgent:
         return len(procs)
 
     # ----------------------------------------------------------------------------------------------------
-    # Observers (testbed/observe.py): the node's Prometheus metrics when the scenario monitors the run
+    # Observers (testbed/core/observe.py): the node's Prometheus metrics when the scenario monitors the run
 
     def _init_observers(self) -> None:
         self.observers: list[Observer] = []

@@ -1,7 +1,7 @@
 """Mechanism layer of a node agent: envelopes, worker processes, priority, accounting (docs/architecture.md,
 "The emulated node", "One clock")."""
 
-from testbed.mechanism.envelope import (
+from testbed.emulator.mechanism.envelope import (
     CgroupV1Envelope,
     CgroupV2Envelope,
     Envelope,
@@ -10,8 +10,8 @@ from testbed.mechanism.envelope import (
     make_envelope,
     probe_envelopes,
 )
-from testbed.mechanism.priority import raise_thread_priority
-from testbed.mechanism.process import SpawnError, Worker, cont_all, spawn, stop_all
+from testbed.emulator.mechanism.priority import raise_thread_priority
+from testbed.emulator.mechanism.process import SpawnError, Worker, cont_all, spawn, stop_all
 
 __all__ = [
     "CgroupV1Envelope",

@@ -1,5 +1,5 @@
 """The Ray backend: a local Ray instance (or a Ray cluster it joins: ``cluster.ray_address``), NodeAgents
-``cluster.nodes_per_process`` to an actor (testbed.actors.AgentHost), a Coordinator actor.
+``cluster.nodes_per_process`` to an actor (testbed.emulator.actors.AgentHost), a Coordinator actor.
 
 Bring-up, the CPU-rate probe, the run, and a teardown that every
 exit path goes through. A detached janitor process watches this driver: if the driver is killed
@@ -19,15 +19,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from testbed import events as ev
-from testbed.actors import AT_RAY_NODE, AgentHost, CoordinatorActor
-from testbed.agent import WORKER_MODULES, NodeConfig
-from testbed.clock import origin
-from testbed.mechanism.priority import raise_session_group, restore_session_group
+from testbed.core import events as ev
+from testbed.core.clock import origin
+from testbed.emulator.actors import AT_RAY_NODE, AgentHost, CoordinatorActor
+from testbed.emulator.agent import WORKER_MODULES, NodeConfig
+from testbed.emulator.mechanism.priority import raise_session_group, restore_session_group
 
 if TYPE_CHECKING:  # the actor processes import this module's actors only: keep pydantic out of them
-    from testbed.jobs import Job
-    from testbed.scenario import Scenario
+    from testbed.core.jobs import Job
+    from testbed.scenario.model import Scenario
 
 log = logging.getLogger("testbed")
 

@@ -40,7 +40,7 @@ import tarfile
 import time
 from typing import Any
 
-from testbed.mechanism.envelope import (
+from testbed.emulator.mechanism.envelope import (
     DESTROY_TIMEOUT_S,
     FREEZE_TIMEOUT_S,
     SHARES_V1,

@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from testbed import events as ev
-from testbed.jobs import Job
+from testbed.core import events as ev
+from testbed.core.jobs import Job
 from testbed.schedulers.base import Dispatch, GlobalAction, GlobalPolicy, Kill, Reject, Requeue, Start
 
 PENDING, QUEUED, RUNNING = "pending", "queued", "running"

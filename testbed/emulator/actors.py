@@ -1,4 +1,5 @@
-"""The Ray actor classes. Kept apart from ``testbed.cluster`` so an actor process imports only what a node
+"""The Ray actor classes. Kept apart from ``testbed.emulator.backend`` so an actor process imports only
+what a node
 agent or the coordinator needs (start-up time is per actor, 16+ of them on 2 cores).
 
 Node agents live ``cluster.nodes_per_process`` to an actor process (:class:`AgentHost`): an idle Ray actor
@@ -15,9 +16,9 @@ import concurrent.futures as cf
 import os
 import shutil
 
-from testbed.agent import NodeAgent
-from testbed.clock import localize
-from testbed.coordinator import Coordinator, NodeProxy
+from testbed.core.clock import localize
+from testbed.emulator.agent import NodeAgent
+from testbed.emulator.coordinator import Coordinator, NodeProxy
 
 #: What :meth:`AgentHost.collect` leaves behind: the workers' scratch files (``TB_IO_DIR``), not results.
 _NOT_COLLECTED = ("io",)

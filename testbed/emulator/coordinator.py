@@ -1,9 +1,10 @@
-"""The coordinator: the real-process backend of the decision core (testbed/core.py). It submits jobs at
+"""The coordinator: the real-process backend of the decision core (testbed/core/decision.py). It submits
+jobs at
 their arrival times, calls the global policy's tick on time, starts and kills jobs' processes on their
 nodes, announces gang switches ahead of time, and turns process exits, CPU per quantum, scripted faults
 and dead nodes into the core's inputs.
 
-Plain Python; ``testbed.cluster`` wraps it as a Ray actor. Nodes are reached through proxies whose
+Plain Python; ``testbed.emulator.backend`` wraps it as a Ray actor. Nodes are reached through proxies whose
 ``call(method, *args)`` returns a ``concurrent.futures.Future``, so this module does not depend on Ray.
 """
 
@@ -16,15 +17,15 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from testbed import events as ev
 from testbed.apps.worker import EXIT_PEER_GONE
-from testbed.clock import Clock
-from testbed.core import FINAL, DecisionCore
-from testbed.jobs import Job
-from testbed.loop import LoopThread
-from testbed.mechanism.priority import raise_process_nice, raise_thread_priority
-from testbed.messages import NodeError, ProcExit, QuantumUsage, SlotSwitches
-from testbed.observe import Observer
+from testbed.core import events as ev
+from testbed.core.clock import Clock
+from testbed.core.decision import FINAL, DecisionCore
+from testbed.core.jobs import Job
+from testbed.core.messages import NodeError, ProcExit, QuantumUsage, SlotSwitches
+from testbed.core.observe import Observer
+from testbed.emulator.loop import LoopThread
+from testbed.emulator.mechanism.priority import raise_process_nice, raise_thread_priority
 from testbed.schedulers import registry
 from testbed.schedulers.base import Dispatch
 
@@ -46,7 +47,7 @@ class NodeProxy:
 
 
 class Coordinator:
-    """The real-process backend of the decision core (testbed/core.py): it times arrivals and policy
+    """The real-process backend of the decision core (testbed/core/decision.py): it times arrivals and policy
     ticks on the emulated clock, starts and kills processes through the node agents, sends slot plans
     ahead of time, and turns what the nodes report (process exits, CPU per quantum, dead nodes) into
     the core's inputs."""
@@ -102,7 +103,7 @@ class Coordinator:
         self.lt.call(self._start, t0)
 
     def on_node_event(self, msg) -> None:
-        """A node's report (testbed/messages.py), from any thread."""
+        """A node's report (testbed/core/messages.py), from any thread."""
         if isinstance(msg, ProcExit):
             self.lt.loop.call_soon_threadsafe(self._proc_exited, msg)
         elif isinstance(msg, SlotSwitches):
@@ -338,7 +339,8 @@ class Coordinator:
             self._node_died(node, why)
 
     # ----------------------------------------------------------------------------------------------------
-    # Observers (testbed/observe.py): the coordinator's Prometheus metrics when the scenario monitors the run
+    # Observers (testbed/core/observe.py): the coordinator's Prometheus metrics when the scenario monitors
+    # the run
 
     def _init_observers(self, mon: dict | None, jobs: Sequence[Job]) -> None:
         self.observers: list[Observer] = []
