@@ -140,7 +140,7 @@ class Run:
     def __init__(self, base: Path, label: str, doc: dict, on_status=None) -> None:
         from testbed.core import events as ev
         from testbed.runner import run_once
-        from testbed.scenario.model import load
+        from testbed.scenario import load
 
         self.label = label
         self.dir = base / label

@@ -85,7 +85,7 @@ def bsp_doc(period_ms: float, reps: int) -> dict:
 
 def sim(doc: dict, out: Path) -> dict:
     from testbed.runner import run_once
-    from testbed.scenario.model import load
+    from testbed.scenario import load
 
     return run_once(load(doc=doc), "sim", out)
 

@@ -41,7 +41,7 @@ def _sigterm_to_interrupt(signum, frame):
 
 def _load(scenario: Path, overrides: list[str] | None):
     """The validated scenario, or exit 2 with the message that names the field and the fix."""
-    from testbed.scenario.model import ScenarioError, load
+    from testbed.scenario import ScenarioError, load
 
     try:
         return load(scenario, overrides or [])
@@ -166,10 +166,10 @@ def run(
             )
     except KeyboardInterrupt:
         if scn.sweep and (dest / "comparison.csv").exists():
-            from testbed.scenario import sweep
+            from testbed.results import comparison
 
-            rows = sweep.read_csv(dest / "comparison.csv")
-            _print_table(sweep.table(rows, title=f"{scn.name}: sweep (interrupted)"))
+            rows = comparison.read_csv(dest / "comparison.csv")
+            _print_table(comparison.table(rows, title=f"{scn.name}: sweep (interrupted)"))
             err.print(
                 f"[yellow]interrupted[/yellow]: the comparison of what finished: {dest / 'comparison.csv'}"
             )
@@ -191,16 +191,16 @@ def run(
 
         _fail(f"internal error: {describe_error(exc)} (traceback in {dest / 'error.txt'})", EXIT_RUN_FAILED)
     if scn.sweep:
-        from testbed.scenario import sweep
+        from testbed.results import comparison
 
         title = f"{scn.name}: sweep of {len(summaries)} variants, {backend}"
-        _print_table(sweep.table(summaries, title=title))
+        _print_table(comparison.table(summaries, title=title))
         out.print(f"comparison: {dest / 'comparison.csv'}; plots: {dest / 'plots'}")
         out.print(f"results: {dest}")
         bad = [
             f"variant {r['variant']}: " + (r["error"] or r["not_as_planned"])
             for r in summaries
-            if r["status"] != sweep.OK or r.get("not_as_planned")
+            if r["status"] != comparison.VariantStatus.OK or r.get("not_as_planned")
         ]
         _exit_on(bad)
         return
@@ -376,7 +376,7 @@ def k8s_render(
 ) -> None:
     """Write a kustomize folder that runs SCENARIO on KubeRay: `kubectl apply -k FOLDER`."""
     from testbed.deploy import k8s
-    from testbed.scenario.model import ScenarioError
+    from testbed.scenario import ScenarioError
 
     try:
         files = k8s.render(scenario, image=image)

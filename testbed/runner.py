@@ -24,7 +24,7 @@ from testbed.core import events as ev
 from testbed.core.clock import host_cores
 from testbed.results import folder as outfolder
 from testbed.results import summary as results
-from testbed.scenario.model import Scenario, effective_tdf
+from testbed.scenario import Scenario, effective_tdf
 from testbed.scenario.workload import build
 
 BACKENDS = ("ray", "sim")
@@ -321,7 +321,7 @@ def _run_sim(scn: Scenario, jobs, run_dir: Path, on_status=None) -> dict:
             bandwidth_Bps=(
                 scn.cluster.network.bandwidth_mbps * 1e6 / 8 if scn.cluster.network.bandwidth_mbps else None
             ),
-            faults=scn.faults.as_tuples(),
+            faults=scn.faults.faults(),
             on_node_down=scn.faults.on_node_down,
             sink=sink,
         )
@@ -427,7 +427,7 @@ def run(
 ) -> list[dict]:
     """Runs the scenario's repetitions into ``out`` (``out/rep-k`` when more than one) and returns their
     summaries. With a ``sweep``, runs every variant into ``out/<variant>`` instead and returns the
-    comparison rows (:func:`testbed.scenario.sweep.comparison_rows`), also written to
+    comparison rows (:func:`testbed.results.comparison.comparison_rows`), also written to
     ``out/comparison.csv`` and
     plotted in ``out/plots/``."""
     if scn.sweep:
@@ -451,6 +451,7 @@ def _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice) -> li
     finished is still written before the interrupt goes on up."""
     import traceback
 
+    from testbed.results import comparison
     from testbed.scenario import sweep
 
     if backend not in BACKENDS:
@@ -462,7 +463,7 @@ def _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice) -> li
             say(f"note: {note}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.yaml").write_text(yaml.safe_dump(scn.model_dump(mode="json"), sort_keys=False))
-    done = [sweep.VariantResult(v) for v in variants]
+    done = [comparison.VariantResult(v) for v in variants]
     try:
         for i, res in enumerate(done):
             v = res.variant
@@ -472,7 +473,7 @@ def _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice) -> li
             phase = (lambda text, tag=tag: on_phase(f"{tag}: {text}")) if on_phase else None
             vdir = out / v.name
             reps = v.scenario.repetitions
-            res.status = sweep.INTERRUPTED
+            res.status = comparison.VariantStatus.INTERRUPTED
             try:
                 # The variant's folder is a run's, marked, even when its repetitions are folders below it.
                 claim_out(vdir)
@@ -481,9 +482,9 @@ def _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice) -> li
                     res.summaries.append(
                         run_once(v.scenario, backend, run_dir, on_status, phase, prometheus, say)
                     )
-                res.status = sweep.OK
+                res.status = comparison.VariantStatus.OK
             except Exception as exc:  # noqa: BLE001 - recorded with the variant; the sweep goes on
-                res.status = sweep.FAILED
+                res.status = comparison.VariantStatus.FAILED
                 where = f" (repetition {len(res.summaries) + 1})" if reps > 1 else ""
                 what = str(exc) if isinstance(exc, RunFailed) else f"{type(exc).__name__}: {exc}"
                 res.error = f"{what}{where}"
@@ -493,5 +494,5 @@ def _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice) -> li
             if reps > 1 and res.summaries:
                 (vdir / "summaries.json").write_text(json.dumps(res.summaries, indent=2) + "\n")
     finally:
-        rows = sweep.write(out, done, title=scn.name)
+        rows = comparison.write(out, done, title=scn.name)
     return rows

@@ -24,15 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from testbed.core import events as ev
-from testbed.core.jobs import Job
+from testbed.core.jobs import Job, JobState, OnNodeDown
 from testbed.schedulers.base import Dispatch, GlobalAction, GlobalPolicy, Kill, Reject, Requeue, Start
-
-PENDING, QUEUED, RUNNING = "pending", "queued", "running"
-FINISHED, FAILED, KILLED, REJECTED = "finished", "failed", "killed", "rejected"
-FINAL = (FINISHED, FAILED, KILLED, REJECTED)
-
-#: What becomes of the jobs running on a node that goes down (the scenario's ``faults.on_node_down``).
-ON_NODE_DOWN = ("fail", "requeue")
 
 
 class PolicyError(RuntimeError):
@@ -58,7 +51,7 @@ class Backend(Protocol):
 @dataclass
 class JobRecord:
     job: Job
-    state: str = PENDING
+    state: JobState = JobState.PENDING
     nodes: tuple[int, ...] = ()
     ranks_ok: set[int] = field(default_factory=set)
     starts: int = 0
@@ -80,10 +73,9 @@ class DecisionCore:
         nodes: int,
         backend: Backend,
         emit: Callable[..., Any],
-        on_node_down: str = "fail",
+        on_node_down: OnNodeDown = OnNodeDown.FAIL,
     ) -> None:
-        if on_node_down not in ON_NODE_DOWN:
-            raise ValueError(f"on_node_down: {on_node_down!r}; use one of {', '.join(ON_NODE_DOWN)}")
+        on_node_down = OnNodeDown(on_node_down)  # a plain string from a caller is checked here
         self.policy = policy
         self.name = policy_name
         self.nodes = nodes
@@ -108,14 +100,14 @@ class DecisionCore:
 
     def submit(self, now: float, job_id: str) -> None:
         rec = self.jobs[job_id]
-        if self.ended or rec.state != PENDING:
+        if self.ended or rec.state != JobState.PENDING:
             return
         spec = rec.job.spec
-        rec.state = QUEUED
+        rec.state = JobState.QUEUED
         extra = {"realtime": True} if spec.realtime is not None else {}
         self.emit(ev.JOB_SUBMITTED, now, job=job_id, size=spec.size, job_class=spec.job_class, **extra)
         self._ask(now, self.policy.submit, spec)
-        if rec.state != REJECTED and not self.policy.admits_at_start:
+        if rec.state != JobState.REJECTED and not self.policy.admits_at_start:
             self.emit(ev.JOB_ADMITTED, now, job=job_id)
 
     def tick(self, now: float) -> None:
@@ -125,7 +117,7 @@ class DecisionCore:
     def utilization(self, now: float, job_id: str, rank: int, util: float, interval: float) -> None:
         """A process's CPU share over the quantum that just ended (policies that want it)."""
         rec = self.jobs.get(job_id)
-        if rec is not None and rec.state == RUNNING and not self.ended:
+        if rec is not None and rec.state == JobState.RUNNING and not self.ended:
             self._ask(now, self.policy.utilization, job_id, rank, util, interval)
 
     def rank_exited(
@@ -141,23 +133,23 @@ class DecisionCore:
         cleanly, and fails at the first that did not (the others are killed). ``attempt``: the start of
         the job the process belonged to; a process of an earlier start (requeued since) is ignored."""
         rec = self.jobs.get(job_id)
-        if rec is None or rec.state != RUNNING or (attempt is not None and attempt != rec.starts):
+        if rec is None or rec.state != JobState.RUNNING or (attempt is not None and attempt != rec.starts):
             return
         if not ok:
             self.fail(now, job_id, reason or f"rank {rank} failed")
             return
         rec.ranks_ok.add(rank)
         if len(rec.ranks_ok) == rec.job.processes_on(len(rec.nodes)):
-            self._final(rec, FINISHED)
+            self._final(rec, JobState.FINISHED)
             self.emit(ev.JOB_FINISHED, now, job=job_id)
             self._ask(now, self.policy.finished, job_id)
 
     def fail(self, now: float, job_id: str, reason: str) -> None:
         """The running job fails (a rank failed, could not start, or lost its node)."""
         rec = self.jobs.get(job_id)
-        if rec is None or rec.state != RUNNING:
+        if rec is None or rec.state != JobState.RUNNING:
             return
-        self._final(rec, FAILED)
+        self._final(rec, JobState.FAILED)
         self.emit(ev.JOB_FAILED, now, job=job_id, reason=reason)
         self._stop(rec, reason)
         if not self.ended:
@@ -172,8 +164,8 @@ class DecisionCore:
         self.emit(ev.NODE_DOWN, now, node=node, reason=reason)
         why = f"node {node} went down ({reason})"
         requeued = []
-        for rec in [r for r in self.jobs.values() if r.state == RUNNING and node in r.nodes]:
-            if self.on_node_down == "requeue":
+        for rec in [r for r in self.jobs.values() if r.state == JobState.RUNNING and node in r.nodes]:
+            if self.on_node_down == OnNodeDown.REQUEUE:
                 self._requeue(now, rec, why)
                 self._ask(now, self.policy.finished, rec.job.job_id)
                 requeued.append(rec)
@@ -197,12 +189,12 @@ class DecisionCore:
             return
         self.ended = reason
         for rec in self.jobs.values():
-            if rec.state == RUNNING:
-                self._final(rec, KILLED)
+            if rec.state == JobState.RUNNING:
+                self._final(rec, JobState.KILLED)
                 self.emit(ev.JOB_KILLED, now, job=rec.job.job_id, reason=reason)
                 self._stop(rec, reason)
-            elif rec.state == QUEUED:
-                self._final(rec, KILLED)
+            elif rec.state == JobState.QUEUED:
+                self._final(rec, JobState.KILLED)
                 self.emit(ev.JOB_KILLED, now, job=rec.job.job_id, reason=f"{reason} before it started")
 
     # ----------------------------------------------------------------------------------------------------
@@ -215,7 +207,7 @@ class DecisionCore:
         return out
 
     def running_on(self, node: int) -> list[JobRecord]:
-        return [r for r in self.jobs.values() if r.state == RUNNING and node in r.nodes]
+        return [r for r in self.jobs.values() if r.state == JobState.RUNNING and node in r.nodes]
 
     # ----------------------------------------------------------------------------------------------------
     # Applying the policy's actions
@@ -237,17 +229,17 @@ class DecisionCore:
             elif isinstance(a, Dispatch):
                 self._dispatch(now, a)
             elif isinstance(a, Reject):
-                rec = self._record(a, QUEUED)
-                self._final(rec, REJECTED)
+                rec = self._record(a, JobState.QUEUED)
+                self._final(rec, JobState.REJECTED)
                 self.emit(ev.JOB_REJECTED, now, job=a.job_id, reason=a.reason)
             elif isinstance(a, Kill):
-                rec = self._record(a, RUNNING)
+                rec = self._record(a, JobState.RUNNING)
                 reason = f"{ev.POLICY_KILL}: {a.reason}"
-                self._final(rec, KILLED)
+                self._final(rec, JobState.KILLED)
                 self.emit(ev.JOB_KILLED, now, job=a.job_id, reason=reason)
                 self._stop(rec, reason)
             elif isinstance(a, Requeue):
-                self._requeue(now, self._record(a, RUNNING), a.reason)
+                self._requeue(now, self._record(a, JobState.RUNNING), a.reason)
             else:
                 raise PolicyError(
                     f"scheduler '{self.name}': returned {a!r}, not Start, Reject, Dispatch, Kill or Requeue"
@@ -265,7 +257,7 @@ class DecisionCore:
         return rec
 
     def _start(self, now: float, a: Start) -> None:
-        rec = self._record(a, QUEUED)
+        rec = self._record(a, JobState.QUEUED)
         nodes = tuple(a.nodes)
         size = rec.job.spec.size
         if rec.job.spec.moldable:
@@ -287,7 +279,7 @@ class DecisionCore:
                 )
             for n in nodes:
                 self._load[n] += 1
-        rec.state, rec.nodes = RUNNING, nodes
+        rec.state, rec.nodes = JobState.RUNNING, nodes
         rec.ranks_ok = set()
         rec.starts += 1
         if rec.starts == 1 and self.policy.admits_at_start:
@@ -310,7 +302,7 @@ class DecisionCore:
 
     def _requeue(self, now: float, rec: JobRecord, reason: str) -> None:
         self._release(rec)
-        rec.state = QUEUED
+        rec.state = JobState.QUEUED
         self.emit(ev.JOB_REQUEUED, now, job=rec.job.job_id, reason=reason)
         self.backend.kill(rec.job, self._live(rec), reason)
         rec.nodes = ()
@@ -322,12 +314,12 @@ class DecisionCore:
         return tuple(n for n in dict.fromkeys(rec.nodes) if n not in self.down)
 
     def _final(self, rec: JobRecord, state: str) -> None:
-        if rec.state == RUNNING:
+        if rec.state == JobState.RUNNING:
             self._release(rec)
         rec.state = state
         self.open -= 1
 
     def _release(self, rec: JobRecord) -> None:
-        if self._cap is not None and rec.state == RUNNING:
+        if self._cap is not None and rec.state == JobState.RUNNING:
             for n in rec.nodes:
                 self._load[n] -= 1

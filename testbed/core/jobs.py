@@ -6,12 +6,66 @@ same work."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from testbed.apps import registry as kinds
 from testbed.apps.base import SEND_WAITS, WAIT_MODES, WORK_UNIT_S, AppConfig, Launch, ProgramKind, WaitSpec
 from testbed.schedulers.base import JobSpec
 
-__all__ = ["SEND_WAITS", "WAIT_MODES", "WORK_UNIT_S", "Job", "JobSpec", "WaitSpec"]
+__all__ = ["SEND_WAITS", "WAIT_MODES", "WORK_UNIT_S", "Job", "JobSpec", "JobState", "WaitSpec"]
+
+
+try:
+    from enum import StrEnum
+except ImportError:  # Python 3.10
+
+    class StrEnum(str, Enum):
+        """A name that is its own string value wherever it is written (logs, CSV, JSON, f-strings)."""
+
+        def __str__(self) -> str:
+            return self.value
+
+        def __format__(self, spec: str) -> str:
+            return self.value.__format__(spec)
+
+        __hash__ = str.__hash__  # a member finds its value's entries in a dict read from JSON or CSV
+
+
+class JobState(StrEnum):
+    """Where a job is in the decision core's state machine (testbed/core/decision.py)."""
+
+    PENDING = "pending"  # not arrived yet
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    KILLED = "killed"
+    REJECTED = "rejected"
+
+
+#: The states a job ends in.
+FINAL = (JobState.FINISHED, JobState.FAILED, JobState.KILLED, JobState.REJECTED)
+
+
+class OnNodeDown(StrEnum):
+    """What becomes of the jobs running on a node that goes down (the scenario's ``faults.on_node_down``)."""
+
+    FAIL = "fail"
+    REQUEUE = "requeue"
+
+
+class FaultKind(StrEnum):
+    DOWN = "down"  # the node fails: its processes die, it takes no new ones
+    UP = "up"  # it is back, empty
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A scripted node fault (the scenario's ``faults.script``), at emulated time ``at_s``."""
+
+    at_s: float
+    node: int
+    kind: FaultKind
 
 
 @dataclass(frozen=True)

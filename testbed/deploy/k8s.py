@@ -248,12 +248,13 @@ def _dump(obj: Any) -> str:
 
 def render(scenario: str | Path, image: str = IMAGE) -> dict[str, str | bytes]:
     """file name -> content of the kustomize folder for ``scenario`` (validated first)."""
-    from testbed.scenario.model import _read_doc, load
+    from testbed.scenario import load
+    from testbed.scenario.model import read_doc
     from testbed.scenario.workload import build
 
     path = Path(scenario)
     head_node = any(j.kind.head for j in build(load(path)))  # load: ScenarioError names the field and fix
-    doc = _read_doc(path)
+    doc = read_doc(path)
     name = _dns_name(str(doc.get("name") or path.stem))
     scn = pod_scenario(doc)
     header = (

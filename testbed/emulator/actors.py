@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import dataclasses
 import os
 import shutil
 
 from testbed.core.clock import localize
-from testbed.emulator.agent import NodeAgent
-from testbed.emulator.coordinator import Coordinator, NodeProxy
+from testbed.emulator.agent import NodeAgent, NodeConfig
+from testbed.emulator.control import BATCHED, NodeCommand, execute
+from testbed.emulator.coordinator import Coordinator
 
 #: What :meth:`AgentHost.collect` leaves behind: the workers' scratch files (``TB_IO_DIR``), not results.
 _NOT_COLLECTED = ("io",)
@@ -29,27 +31,27 @@ _NOT_COLLECTED = ("io",)
 AT_RAY_NODE = "ray-node"
 
 
-def _at_host(cfg: dict) -> dict:
+def _at_host(cfg: NodeConfig) -> NodeConfig:
     """``cfg`` with :data:`AT_RAY_NODE` replaced by this host's Ray address."""
-    mon = cfg.get("monitoring") or {}
-    if AT_RAY_NODE not in (cfg.get("nic_host"), mon.get("host")):
+    mon = cfg.monitoring or {}
+    if AT_RAY_NODE not in (cfg.nic_host, mon.get("host")):
         return cfg
     import ray  # only in a Ray actor
 
     ip = ray.util.get_node_ip_address()
-    cfg = {**cfg}
-    if cfg.get("nic_host") == AT_RAY_NODE:
-        cfg["nic_host"] = ip
-    if mon.get("host") == AT_RAY_NODE:
-        cfg["monitoring"] = {**mon, "host": ip}
-    return cfg
+    return dataclasses.replace(
+        cfg,
+        nic_host=ip if cfg.nic_host == AT_RAY_NODE else cfg.nic_host,
+        monitoring={**mon, "host": ip} if mon.get("host") == AT_RAY_NODE else cfg.monitoring,
+    )
 
 
 class AgentHost:
-    """Several NodeAgents (the nodes of ``cfgs``) in one Ray actor process; the coordinator reaches each
-    through :meth:`call`, and process exits go to the coordinator actor's handle."""
+    """Several NodeAgents (the nodes of ``cfgs``) in one Ray actor process; the coordinator's commands
+    reach each through :meth:`run` / :meth:`run_many`, and process exits go to the coordinator actor's
+    handle."""
 
-    def __init__(self, cfgs: list[dict]) -> None:
+    def __init__(self, cfgs: list[NodeConfig]) -> None:
         cfgs = [_at_host(c) for c in cfgs]
         # In parallel: an agent's start waits for its fork server to import the worker modules.
         with cf.ThreadPoolExecutor(len(cfgs), thread_name_prefix="agent-init") as pool:
@@ -78,24 +80,24 @@ class AgentHost:
         with cf.ThreadPoolExecutor(len(agents)) as pool:
             return list(pool.map(fn, agents))
 
-    def call(self, node: int, method: str, *args):
-        return getattr(self.agents[node], method)(*args)
+    def run(self, node: int, cmd: NodeCommand):
+        return execute(self.agents[node], cmd)
 
-    def call_many(self, calls: list[tuple[int, str, tuple]]) -> list[tuple[bool, object]]:
-        """Several calls in one Ray call (a job's ranks on this process's nodes, a slot's dispatches):
-        each node's calls in order, the nodes' side by side (a rank's start waits for its fork).
-        Per call, (True, result) or (False, the exception)."""
-        results: list = [None] * len(calls)
+    def run_many(self, cmds: list[tuple[int, NodeCommand]]) -> list[tuple[bool, object]]:
+        """Several commands in one Ray call (a job's ranks on this process's nodes, a slot's switches):
+        each node's in order, the nodes' side by side (a rank's start waits for its fork). Per command,
+        (True, result) or (False, the exception)."""
+        results: list = [None] * len(cmds)
         by_node: dict[int, list] = {}
-        for i, (node, method, args) in enumerate(calls):
-            by_node.setdefault(node, []).append((i, method, args))
+        for i, (node, cmd) in enumerate(cmds):
+            by_node.setdefault(node, []).append((i, cmd))
 
         def run(item):
             node, todo = item
-            for i, method, args in todo:
+            for i, cmd in todo:
                 try:
-                    results[i] = (True, getattr(self.agents[node], method)(*args))
-                except Exception as exc:  # noqa: BLE001 - handed to that call's caller
+                    results[i] = (True, execute(self.agents[node], cmd))
+                except Exception as exc:  # noqa: BLE001 - handed to that command's sender
                     results[i] = (False, exc)
 
         if len(by_node) == 1:
@@ -170,42 +172,40 @@ class AgentHost:
 
 
 class _HostCalls:
-    """The coordinator's calls to one AgentHost. A rank's start and a slot's dispatch made in one turn of
-    the coordinator's loop (a job's ranks, a slot's nodes) go as one Ray call per host: a 16-rank start
-    is 4 Ray calls at 4 nodes per process instead of 16. Anything else goes at once."""
-
-    BATCHED = frozenset({"start_proc", "dispatch"})
+    """The coordinator's commands to one AgentHost. The :data:`~testbed.emulator.control.BATCHED` commands
+    made in one turn of the coordinator's loop (a job's ranks, a slot's nodes) go as one Ray call per
+    host; anything else goes at once."""
 
     def __init__(self, handle) -> None:
         self.handle = handle
-        self.pending: list = []
+        self.pending: list[tuple[int, NodeCommand, cf.Future]] = []
         self.flush_armed = False
 
-    def call(self, node: int, method: str, args: tuple) -> cf.Future:
-        if method in self.BATCHED:
+    def send(self, node: int, cmd: NodeCommand) -> cf.Future:
+        if isinstance(cmd, BATCHED):
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 loop = None  # not on the coordinator's loop (then nothing else is batched with it)
             if loop is not None:
                 fut: cf.Future = cf.Future()
-                self.pending.append((node, method, args, fut))
+                self.pending.append((node, cmd, fut))
                 if not self.flush_armed:
                     self.flush_armed = True
                     loop.call_soon(self._flush)
                 return fut
-        return self.handle.call.remote(node, method, *args).future()
+        return self.handle.run.remote(node, cmd).future()
 
     def _flush(self) -> None:
         self.flush_armed = False
         batch, self.pending = self.pending, []
-        ref = self.handle.call_many.remote([(n, m, a) for n, m, a, _ in batch]).future()
+        ref = self.handle.run_many.remote([(n, c) for n, c, _ in batch]).future()
 
         def done(f: cf.Future) -> None:
             exc = f.exception()
             for i, (*_, fut) in enumerate(batch):
                 if exc is not None:
-                    fut.set_exception(exc)  # the host itself failed (died): every call did
+                    fut.set_exception(exc)  # the host itself failed (died): every command did
                     continue
                 ok, value = f.result()[i]
                 if ok:
@@ -216,19 +216,19 @@ class _HostCalls:
         ref.add_done_callback(done)
 
 
-class RayProxy(NodeProxy):
+class RayHandle:
     """Node ``node`` of an AgentHost actor, through that host's :class:`_HostCalls`."""
 
     def __init__(self, host: _HostCalls, node: int) -> None:
         self.host = host
         self.node = node
 
-    def call(self, method: str, *args):
-        return self.host.call(self.node, method, args)
+    def send(self, cmd: NodeCommand) -> cf.Future:
+        return self.host.send(self.node, cmd)
 
 
 class CoordinatorActor(Coordinator):
     def __init__(self, *args, hosts=(), nodes=(), **kwargs):
         """``hosts``: the AgentHost handles; ``nodes``: per node, in node order, (host index, node)."""
         calls = [_HostCalls(h) for h in hosts]
-        super().__init__(*args, proxies=[RayProxy(calls[i], n) for i, n in nodes], **kwargs)
+        super().__init__(*args, handles=[RayHandle(calls[i], n) for i, n in nodes], **kwargs)

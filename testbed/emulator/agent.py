@@ -27,6 +27,7 @@ from testbed.core import events as ev
 from testbed.core.clock import Clock
 from testbed.core.messages import NodeError, ProcExit, QuantumUsage
 from testbed.core.observe import Observer
+from testbed.emulator.control import KillJob, Ping, SetDown, StartProc, SwitchSlot
 from testbed.emulator.loop import LoopThread
 from testbed.emulator.mechanism.envelope import make_envelope
 from testbed.emulator.mechanism.forkserver import ForkServer
@@ -128,8 +129,10 @@ def _stderr_tail(path: str, limit: int = 400) -> str:
 
 
 class NodeAgent:
-    def __init__(self, cfg: NodeConfig | dict) -> None:
-        self.cfg = cfg if isinstance(cfg, NodeConfig) else NodeConfig(**cfg)
+    """One emulated node; it implements :class:`~testbed.emulator.control.NodeControl`."""
+
+    def __init__(self, cfg: NodeConfig) -> None:
+        self.cfg = cfg
         if not os.path.isabs(self.cfg.run_dir):
             # Workers run in other working directories: a relative path would name another place there.
             raise ValueError(f"run_dir must be absolute, got {self.cfg.run_dir!r}")
@@ -224,7 +227,7 @@ class NodeAgent:
             "metrics": self.metrics_address,
         }
 
-    def ping(self) -> int:
+    def ping(self, cmd: Ping | None = None) -> int:
         return self.node
 
     def set_run(self, t0: float, notify: Callable[[Any], Any] | None = None) -> None:
@@ -279,53 +282,38 @@ class NodeAgent:
     def record_probe(self, result: dict) -> None:
         self.events.emit(ev.RATE_PROBE, t=0.0, **result)
 
-    def start_proc(
-        self,
-        job_id: str,
-        rank: int,
-        argv: list[str],
-        env: dict[str, str],
-        job_class: str | None = None,
-        attempt: int = 1,
-        spec: JobSpec | None = None,
-    ) -> int:
-        """Starts rank ``rank`` of ``job_id``'s start number ``attempt``: ``argv`` with the job's ``env``
-        on top of the node's own (testbed.core.jobs.Job.launch says what the job's part holds); ``spec`` is
-        the job
-        as the global policy saw it (the local policy hears of it with the process). What is left
-        here of an earlier start of the job's rank is killed first. Refused while the node is down."""
+    def start_proc(self, cmd: StartProc) -> int:
+        """Starts a rank (:class:`~testbed.emulator.control.StartProc`). What is left here of an earlier
+        start of the job's rank is killed first. Refused while the node is down."""
         if self.down is not None:
             raise NodeDownError(f"node {self.node} is down ({self.down})")
         # Built here, not on the loop thread: it reads only what is fixed for the run, and a rank's start
         # waits for every hop between threads.
-        env = self._env(env)
-        base = self.run_dir / "logs" / f"{job_id}.{rank}"
+        env = self._env(dict(cmd.env))
+        base = self.run_dir / "logs" / f"{cmd.job_id}.{cmd.rank}"
         worker = self.spawner.submit(
-            self.forkserver.spawn, argv, env=env, cwd=str(self.run_dir), stdout=f"{base}.out",
+            self.forkserver.spawn, list(cmd.argv), env=env, cwd=str(self.run_dir), stdout=f"{base}.out",
             stderr=f"{base}.err",
         ).result()  # fmt: skip
         if self.closed:
             worker.kill()
             worker.close()
             raise RuntimeError(f"node {self.node} is shutting down")
+        proc = Proc(cmd.job_id, cmd.rank)
         return self.lt.call(
-            self._register, Proc(job_id, rank), worker, f"{base}.err", attempt, job_class, spec, timeout=30
+            self._register, proc, worker, f"{base}.err", cmd.attempt, cmd.job_class, cmd.spec, timeout=30
         )
 
-    def dispatch(self, at: float, slot: int, allowed: list[str]) -> None:
+    def switch_slot(self, cmd: SwitchSlot) -> None:
         received = time.monotonic()
-        self.lt.loop.call_soon_threadsafe(self._arm_switch, at, slot, frozenset(allowed), received)
+        self.lt.loop.call_soon_threadsafe(self._arm_switch, cmd, received)
 
-    def kill_job(self, job_id: str, reason: str, attempt: int | None = None) -> int:
-        """Kills the job's processes here (those of start ``attempt`` or earlier: a later start is not
-        the one the caller meant)."""
-        return self.lt.call(self._kill_job, job_id, reason, attempt)
+    def kill_job(self, cmd: KillJob) -> int:
+        return self.lt.call(self._kill_job, cmd.job_id, cmd.reason, cmd.attempt)
 
-    def set_down(self, down: bool, reason: str = "") -> int:
-        """A scripted node fault: down kills every process of the node and refuses new ones until the node
-        is set up again. Returns the processes killed."""
-
+    def set_down(self, cmd: SetDown) -> int:
         def _set():
+            down, reason = cmd.down, cmd.reason
             self.down = reason or "down" if down else None
             self.events.emit(ev.NODE_DOWN if down else ev.NODE_UP, node=self.node, reason=reason)
             return self._kill_all(f"node {self.node} went down ({reason})", keep_timers=True) if down else 0
@@ -523,8 +511,9 @@ class NodeAgent:
         self._wakeup = None
         self._apply(self._decide(self.clock.now(), Timer()))
 
-    def _arm_switch(self, at: float, slot: int, allowed: frozenset[str], received: float) -> None:
-        self.lt.loop.call_at(self.clock.real_at(at), self._switch, at, slot, allowed, received)
+    def _arm_switch(self, cmd: SwitchSlot, received: float) -> None:
+        allowed = frozenset(cmd.allowed)
+        self.lt.loop.call_at(self.clock.real_at(cmd.at), self._switch, cmd.at, cmd.slot, allowed, received)
 
     def _switch(self, at: float, slot: int, allowed: frozenset[str], received: float) -> None:
         t_real = time.monotonic()

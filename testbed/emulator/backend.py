@@ -8,6 +8,7 @@ outright, the janitor removes every worker and cgroup of the run (docs/architect
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -27,7 +28,7 @@ from testbed.emulator.mechanism.priority import raise_session_group, restore_ses
 
 if TYPE_CHECKING:  # the actor processes import this module's actors only: keep pydantic out of them
     from testbed.core.jobs import Job
-    from testbed.scenario.model import Scenario
+    from testbed.scenario import Scenario
 
 log = logging.getLogger("testbed")
 
@@ -36,6 +37,9 @@ log = logging.getLogger("testbed")
 PROBE_START_DELAY_S = 0.5
 #: Real seconds between fixing emulated time 0 and reaching it: every node must know the clock first.
 CLOCK_START_DELAY_S = 0.3
+#: The head node's local policy: it runs every process it is given at once (batch's RunAll), whatever the
+#: cluster's policy, since the head is one machine outside every policy's view (paper 001's data source).
+HEAD_NODE_SCHEDULER = "batch"
 #: The Ray resource a joined cluster's node offers for each agent process it hosts (k8s/: one per pod).
 NODE_RESOURCE = "testbed_node"
 
@@ -176,7 +180,7 @@ def run_ray(
                 preload=tuple(sorted({j.kind.__module__ for j in jobs} - set(WORKER_MODULES))),
                 nic_host=AT_RAY_NODE if joined else "127.0.0.1",
                 scratch=joined,
-            ).__dict__
+            )
             for n in range(c.nodes)
         ]
         # The head node (node N = cluster.nodes), when some job's kind has a head process: a machine of
@@ -185,9 +189,10 @@ def run_ray(
         # the N processing nodes, its CPU is not rationed like theirs (it mostly sleeps out each chunk's
         # link time and sends); and plain local scheduling (batch's RunAll), whatever the cluster's policy.
         if any(j.kind.head for j in jobs):
-            head = {**cfgs[0], "node": c.nodes, "envelope": "none", "scheduler": "batch", "params": {}}
-            if mon:
-                head["monitoring"] = {**node_mon, "head": True}
+            head = dataclasses.replace(
+                cfgs[0], node=c.nodes, envelope="none", scheduler=HEAD_NODE_SCHEDULER, params={},
+                monitoring={**node_mon, "head": True} if mon else None,
+            )  # fmt: skip
             cfgs.append(head)
             groups.append([c.nodes])
         if joined:
@@ -238,7 +243,7 @@ def run_ray(
             duration_s=scn.duration_s,
             monitoring=mon,
             node_memory_mb=c.memory_mb,
-            faults=scn.faults.as_tuples(),
+            faults=scn.faults.faults(),
             on_node_down=scn.faults.on_node_down,
         )
         if mon:

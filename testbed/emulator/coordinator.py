@@ -4,8 +4,9 @@ their arrival times, calls the global policy's tick on time, starts and kills jo
 nodes, announces gang switches ahead of time, and turns process exits, CPU per quantum, scripted faults
 and dead nodes into the core's inputs.
 
-Plain Python; ``testbed.emulator.backend`` wraps it as a Ray actor. Nodes are reached through proxies whose
-``call(method, *args)`` returns a ``concurrent.futures.Future``, so this module does not depend on Ray.
+Plain Python; testbed/emulator/actors.py wraps it as a Ray actor. Nodes are reached through handles
+whose ``send(command)`` returns a ``concurrent.futures.Future`` (testbed/emulator/control.py), so this
+module does not depend on Ray.
 """
 
 from __future__ import annotations
@@ -14,16 +15,17 @@ import concurrent.futures as cf
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from testbed.apps.worker import EXIT_PEER_GONE
 from testbed.core import events as ev
 from testbed.core.clock import Clock
-from testbed.core.decision import FINAL, DecisionCore
-from testbed.core.jobs import Job
+from testbed.core.decision import DecisionCore
+from testbed.core.jobs import FINAL, Fault, FaultKind, Job, JobState, OnNodeDown
 from testbed.core.messages import NodeError, ProcExit, QuantumUsage, SlotSwitches
 from testbed.core.observe import Observer
+from testbed.emulator.control import KillJob, NodeCommand, NodeHandle, Ping, SetDown, StartProc, SwitchSlot
 from testbed.emulator.loop import LoopThread
 from testbed.emulator.mechanism.priority import raise_process_nice, raise_thread_priority
 from testbed.schedulers import registry
@@ -37,13 +39,6 @@ SUSPECT_SETTLE_REAL_S = 0.1
 # Dead nodes also surface on every call the coordinator makes (dispatches, starts); the ping only covers
 # quiet periods, and each costs a Ray call on both sides: keep it rare.
 HEALTH_PERIOD_REAL_S = 3.0
-
-
-class NodeProxy:
-    """How the coordinator reaches one node."""
-
-    def call(self, method: str, *args) -> cf.Future:  # pragma: no cover - interface
-        raise NotImplementedError
 
 
 class Coordinator:
@@ -60,20 +55,20 @@ class Coordinator:
         params: dict,
         seed: int,
         jobs: Sequence[Job],
-        proxies: Sequence[NodeProxy],
+        handles: Sequence[NodeHandle],
         nic_addresses: Sequence[str],
         tdf: float,
         duration_s: float | None = None,
         monitoring: dict | None = None,
         node_memory_mb: float | None = None,
-        faults: Sequence[tuple[float, int, str]] = (),
-        on_node_down: str = "fail",
+        faults: Sequence[Fault] = (),
+        on_node_down: OnNodeDown = OnNodeDown.FAIL,
     ) -> None:
         self.nodes = nodes
         self.sched_name = scheduler
         self.policy = registry.get(scheduler).make_global(nodes, params, seed)
         self.policy.set_node_memory(node_memory_mb)
-        self.proxies = list(proxies)
+        self.handles = list(handles)
         self.nics = list(nic_addresses)
         self.tdf = tdf
         self.duration_s = duration_s
@@ -171,8 +166,8 @@ class Coordinator:
         for rec in self.core.jobs.values():
             spec = rec.job.spec
             loop.call_at(self.clock.real_at(spec.submit_time), self._submit, spec.job_id)
-        for at, node, what in self.faults:
-            loop.call_at(self.clock.real_at(at), self._fault, node, what)
+        for f in self.faults:
+            loop.call_at(self.clock.real_at(f.at_s), self._fault, f.node, f.kind)
         if self.duration_s is not None:
             loop.call_at(self.clock.real_at(self.duration_s), self._end, ev.DURATION_REACHED)
         loop.call_later(HEALTH_PERIOD_REAL_S, self._health)
@@ -199,7 +194,7 @@ class Coordinator:
             self.core.rank_exited(self._now(), msg.job, msg.rank, True, attempt=msg.attempt)
             return
         rec = self.core.jobs.get(msg.job)
-        if rec is None or rec.state != "running" or msg.attempt != rec.starts:
+        if rec is None or rec.state != JobState.RUNNING or msg.attempt != rec.starts:
             return
         reason = f"rank {msg.rank} on node {msg.node} failed: {msg.reason or msg.code}"
         if msg.code != EXIT_PEER_GONE:
@@ -213,7 +208,7 @@ class Coordinator:
             return
         self._suspects[msg.job] = (rec.starts, reason)
         live = [n for n in dict.fromkeys(rec.nodes) if n not in self.core.down]
-        pings = [self._call(n, "ping") for n in live]
+        pings = [self._send(n, Ping()) for n in live]
         for f in pings:
             f.add_done_callback(lambda f, job=msg.job, fs=pings: self._pinged(job, fs))
         self.lt.loop.call_later(SUSPECT_GRACE_REAL_S, self._fail_suspect, msg.job)
@@ -233,19 +228,19 @@ class Coordinator:
         if reason is not None and rec is not None and rec.starts == starts:
             self.core.fail(self._now(), job_id, reason)  # no-op unless it still runs
 
-    def _fault(self, node: int, what: str) -> None:
+    def _fault(self, node: int, what: FaultKind) -> None:
         """A scripted fault: the node's agent kills its processes and refuses new ones while down."""
         if self.core.ended:
             return
-        if what == "down":
+        if what == FaultKind.DOWN:
             if node in self.core.down:
                 return
-            self._call(node, "set_down", True, ev.SCRIPTED_FAULT).result(timeout=30)
+            self._send(node, SetDown(True, ev.SCRIPTED_FAULT)).result(timeout=30)
             self.core.node_down(self._now(), node, ev.SCRIPTED_FAULT)
         else:
             if node not in self.core.down or node in self._dead:
                 return  # an agent that died stays down
-            self._call(node, "set_down", False, "").result(timeout=30)
+            self._send(node, SetDown(False)).result(timeout=30)
             self.core.node_up(self._now(), node)
 
     def _health(self) -> None:
@@ -253,7 +248,7 @@ class Coordinator:
             return
         for n in range(self.nodes):
             if n not in self.core.down:
-                self._call(n, "ping")
+                self._send(n, Ping())
         self.lt.loop.call_later(HEALTH_PERIOD_REAL_S, self._health)
 
     def _node_died(self, node: int, why: str) -> None:
@@ -294,14 +289,14 @@ class Coordinator:
         for rank, node in enumerate(placed):
             launch = job.launch(rank, nics)
             env = {**launch.env, "TB_START_S": started}
-            fut = self._call(node, "start_proc", job.job_id, rank, list(launch.argv), env,
-                             job.spec.job_class, attempt, job.spec)  # fmt: skip
+            cmd = StartProc(job.job_id, rank, tuple(launch.argv), env, job.spec.job_class, attempt, job.spec)
+            fut = self._send(node, cmd)
             fut.add_done_callback(lambda f, j=job.job_id, r=rank, n=node: self._started(f, j, r, n))
 
     def kill(self, job: Job, nodes: tuple[int, ...], reason: str) -> None:
         attempt = self.core.jobs[job.job_id].starts  # the start being stopped (a restart comes after)
         for node in self._placed(job, nodes):
-            self._stops.append(self._call(node, "kill_job", job.job_id, reason, attempt))
+            self._stops.append(self._send(node, KillJob(job.job_id, reason, attempt)))
         self._stops = [f for f in self._stops if not f.done()]
 
     def _placed(self, job: Job, nodes: tuple[int, ...]) -> tuple[int, ...]:
@@ -313,7 +308,7 @@ class Coordinator:
         for o in self.observers:
             o.dispatched(d.slot, list(nodes))
         for node in nodes:
-            self._call(node, "dispatch", d.at, d.slot, sorted(d.allowed[node]))
+            self._send(node, SwitchSlot(d.at, d.slot, tuple(sorted(d.allowed[node]))))
 
     def _started(self, fut: cf.Future, job_id: str, rank: int, node: int) -> None:
         exc = fut.exception()
@@ -321,8 +316,8 @@ class Coordinator:
             why = f"could not start rank {rank} on node {node}: {type(exc).__name__}: {exc}"
             self.lt.loop.call_soon_threadsafe(lambda: self.core.fail(self._now(), job_id, why))
 
-    def _call(self, node: int, method: str, *args) -> cf.Future:
-        fut = self.proxies[node].call(method, *args)
+    def _send(self, node: int, cmd: NodeCommand) -> cf.Future:
+        fut = self.handles[node].send(cmd)
         fut.add_done_callback(lambda f: self._check_node(f, node))
         return fut
 
@@ -399,15 +394,3 @@ class Coordinator:
 def _is_dead_actor(exc: BaseException) -> bool:
     name = type(exc).__name__
     return "ActorDied" in name or "ActorUnavailable" in name or "RayActorError" in name
-
-
-class LocalProxy(NodeProxy):
-    """Calls a NodeAgent in this process (tests, and the coordinator's own unit use)."""
-
-    def __init__(self, agent, pool: cf.ThreadPoolExecutor) -> None:
-        self.agent = agent
-        self.pool = pool
-
-    def call(self, method: str, *args) -> cf.Future:
-        fn: Callable = getattr(self.agent, method)
-        return self.pool.submit(fn, *args)

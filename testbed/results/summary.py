@@ -14,9 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.core import events as ev
 from testbed.apps.reports import DEADLINE_UNITS as _DEADLINE_UNITS
 from testbed.apps.reports import DEADLINES_MISSED, FINISH_UNIT, SAMPLE_UNITS
+from testbed.core import events as ev
+from testbed.core.jobs import StrEnum
 
 JOB_COLUMNS = [
     "job_id",
@@ -35,12 +36,18 @@ JOB_COLUMNS = [
     "reason",
 ]
 
-# Batsim's final states, plus REJECTED for admission control.
-COMPLETED = "COMPLETED_SUCCESSFULLY"
-FAILED = "COMPLETED_FAILED"
-KILLED = "COMPLETED_KILLED"
-REJECTED = "REJECTED"
-NOT_STARTED = "NOT_STARTED"  # still queued when the run ended
+
+
+class FinalState(StrEnum):
+    """A job's ``final_state`` in jobs.csv: Batsim's, plus REJECTED (admission control) and NOT_STARTED."""
+
+    COMPLETED = "COMPLETED_SUCCESSFULLY"
+    FAILED = "COMPLETED_FAILED"
+    KILLED = "COMPLETED_KILLED"
+    REJECTED = "REJECTED"
+    NOT_STARTED = "NOT_STARTED"  # still queued when the run ended
+
+
 #: ``write``'s extra key: how many jobs the workload holds; the summary then counts those never submitted.
 JOBS_PLANNED = "jobs_planned"
 JOBS_NEVER_SUBMITTED = "jobs_never_submitted"
@@ -98,10 +105,10 @@ class Tally:
     of events, which need not all be held (``write`` takes them streamed from the file)."""
 
     _FINAL = {
-        ev.JOB_FINISHED: COMPLETED,
-        ev.JOB_FAILED: FAILED,
-        ev.JOB_KILLED: KILLED,
-        ev.JOB_REJECTED: REJECTED,
+        ev.JOB_FINISHED: FinalState.COMPLETED,
+        ev.JOB_FAILED: FinalState.FAILED,
+        ev.JOB_KILLED: FinalState.KILLED,
+        ev.JOB_REJECTED: FinalState.REJECTED,
     }
 
     def __init__(self) -> None:
@@ -134,7 +141,7 @@ class Tally:
                 "starting_time": None,
                 "finish_time": None,
                 "allocated_resources": "",
-                "final_state": NOT_STARTED,
+                "final_state": FinalState.NOT_STARTED,
                 "reason": "",
             }
             self.cls[e["job"]] = e.get("job_class") or "default"
@@ -195,8 +202,8 @@ class Tally:
         rows = []
         for row in self.jobs.values():
             row = dict(row)
-            if row["final_state"] == NOT_STARTED and row["starting_time"] is not None:
-                row["final_state"], row["reason"] = KILLED, NO_END_RECORDED
+            if row["final_state"] == FinalState.NOT_STARTED and row["starting_time"] is not None:
+                row["final_state"], row["reason"] = FinalState.KILLED, NO_END_RECORDED
             start, finish, sub = row["starting_time"], row["finish_time"], row["submission_time"]
             if start is not None:
                 row["waiting_time"] = start - sub
@@ -232,7 +239,7 @@ class Tally:
             by_class: dict[str, list[int]] = defaultdict(lambda: [0, 0])
             for r in rows:
                 c = by_class[cls[r["job_id"]]]
-                c[0] += r["final_state"] == REJECTED
+                c[0] += r["final_state"] == FinalState.REJECTED
                 c[1] += 1
             out["reject_ratio"] = sum(c[0] for c in by_class.values()) / len(rows)
             if len(by_class) > 1:
@@ -248,12 +255,12 @@ class Tally:
             out.update({f"deadline_miss_ratio.{k}": d[0] / d[1] for k, d in sorted(due.items()) if d[1]})
         if self.rt:  # paper 000's figures: RT jobs turned away, BE jobs' mean response time
             rt_rows = [r for r in rows if r["job_id"] in self.rt]
-            out["rt_rejected_ratio"] = sum(r["final_state"] == REJECTED for r in rt_rows) / len(rt_rows)
+            out["rt_rejected_ratio"] = sum(r["final_state"] == FinalState.REJECTED for r in rt_rows) / len(rt_rows)
             be = [
                 r["turnaround_time"]
                 for r in rows
                 if r["job_id"] not in self.rt
-                and r["final_state"] == COMPLETED
+                and r["final_state"] == FinalState.COMPLETED
                 and r["turnaround_time"] is not None
             ]
             out["be_mean_response_time_s"] = sum(be) / len(be) if be else None
@@ -289,11 +296,11 @@ def unplanned(rows: list[dict]) -> list[dict]:
     bad = []
     for r in rows:
         state, reason = r["final_state"], r.get("reason") or ""
-        if state in (COMPLETED, REJECTED):
+        if state in (FinalState.COMPLETED, FinalState.REJECTED):
             continue
-        if state == KILLED and reason.startswith((ev.DURATION_REACHED, ev.POLICY_KILL)):
+        if state == FinalState.KILLED and reason.startswith((ev.DURATION_REACHED, ev.POLICY_KILL)):
             continue
-        if state == FAILED and reason.endswith(f"({ev.SCRIPTED_FAULT})"):
+        if state == FinalState.FAILED and reason.endswith(f"({ev.SCRIPTED_FAULT})"):
             continue
         bad.append({"job": r["job_id"], "state": state, "reason": reason})
     return bad
@@ -301,7 +308,7 @@ def unplanned(rows: list[dict]) -> list[dict]:
 
 def unplanned_line(bad: dict) -> str:
     """One line for a job that did not end as planned: ``job io-a failed: <reason>``."""
-    state = {FAILED: "failed", KILLED: "was killed", NOT_STARTED: "never started"}.get(
+    state = {FinalState.FAILED: "failed", FinalState.KILLED: "was killed", FinalState.NOT_STARTED: "never started"}.get(
         bad["state"], bad["state"]
     )
     return f"job {bad['job']} {state}" + (f": {bad['reason']}" if bad["reason"] else "")
@@ -310,7 +317,7 @@ def unplanned_line(bad: dict) -> str:
 def summarize(events: Iterable[dict] | Tally, facts: RunFacts) -> dict:
     t = events if isinstance(events, Tally) else tally(events)
     rows = t.rows()
-    done = [r for r in rows if r["final_state"] == COMPLETED]
+    done = [r for r in rows if r["final_state"] == FinalState.COMPLETED]
     first = min((r["submission_time"] for r in rows), default=0.0)
     ends = [r["finish_time"] for r in rows if r["finish_time"] is not None]
     makespan = (max(ends) if ends else t.last_t) - first
@@ -449,7 +456,7 @@ def rebuild(run_dir: Path, ended: str | None = None, allow_empty: bool = False) 
     driver recorded in an earlier summary.json (how the run ended, the error, start-up figures) is kept,
     and ``ended`` fills it in when the driver recorded nothing. ``allow_empty``: a run that stopped
     before any event (Ray never started) still gets its summary."""
-    from testbed.scenario.model import ScenarioError, load
+    from testbed.scenario import ScenarioError, load
 
     run_dir = Path(run_dir)
     parts = sorted((run_dir / "events").glob("*.jsonl"))
@@ -505,10 +512,10 @@ def table(summaries: list[dict], title: str = "results"):
         return f"{v}{unit}"
 
     rows = [
-        ("jobs (finished/total)", lambda s: f"{s['jobs_by_state'].get(COMPLETED, 0)}/{s['jobs']}"),
+        ("jobs (finished/total)", lambda s: f"{s['jobs_by_state'].get(FinalState.COMPLETED, 0)}/{s['jobs']}"),
         (
             "failed / killed / rejected",
-            lambda s: "/".join(str(s["jobs_by_state"].get(k, 0)) for k in (FAILED, KILLED, REJECTED)),
+            lambda s: "/".join(str(s["jobs_by_state"].get(k, 0)) for k in (FinalState.FAILED, FinalState.KILLED, FinalState.REJECTED)),
         ),
         ("mean response time", lambda s: fmt(s["mean_response_time_s"], " s")),
         ("mean waiting time", lambda s: fmt(s["mean_waiting_time_s"], " s")),

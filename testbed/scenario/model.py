@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import difflib
+import itertools
+import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -23,6 +25,7 @@ from pydantic import (
 )
 
 from testbed.apps import registry as kinds
+from testbed.core.jobs import Fault, FaultKind, OnNodeDown
 from testbed.scenario.divisible import DivisibleTasks
 from testbed.schedulers import registry
 from testbed.schedulers.base import PolicyConfigError
@@ -325,7 +328,7 @@ class WorkloadConfig(_Model):
 class FaultEvent(_Model):
     at_s: float = Field(..., ge=0, description="emulated seconds after start")
     node: int = Field(..., ge=0)
-    kind: Literal["down", "up"] = Field(..., description="down: the node fails (its processes die); up: back")
+    kind: FaultKind = Field(..., description="down: the node fails (its processes die); up: back")
 
 
 class FaultsConfig(_Model):
@@ -333,11 +336,106 @@ class FaultsConfig(_Model):
     goes down, scripted or not (an agent that dies): ``fail`` them, or ``requeue`` them to start again
     from the beginning."""
 
-    on_node_down: Literal["fail", "requeue"] = "fail"
+    on_node_down: OnNodeDown = OnNodeDown.FAIL
     script: list[FaultEvent] = Field(default_factory=list)
 
-    def as_tuples(self) -> list[tuple[float, int, str]]:
-        return [(f.at_s, f.node, f.kind) for f in self.script]
+    def faults(self) -> list[Fault]:
+        return [Fault(f.at_s, f.node, f.kind) for f in self.script]
+
+
+# --------------------------------------------------------------------------------------------------------
+# The sweep section's shape (the model's validators); its expansion into variants is testbed/scenario/sweep.py
+
+#: Names a variant cannot take: they are the sweep's own outputs in the results folder.
+RESERVED = {"plots", "comparison.csv", "scenario.yaml"}
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
+_KEY_RE = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
+
+
+def check_name(name: str) -> str:
+    if not _NAME_RE.match(name) or len(name) > 80:
+        raise ValueError(
+            f"variant name {name!r} is not usable as a folder name; use letters, digits and . _ + = - "
+            "(up to 80 characters, starting with a letter or digit)"
+        )
+    if name in RESERVED:
+        raise ValueError(f"variant name {name!r} is taken by the sweep's own output; pick another")
+    return name
+
+
+def check_keys(sets: dict[str, Any]) -> dict[str, Any]:
+    if not sets:
+        raise ValueError("empty: give the keys this variant changes, e.g. {scheduler.name: batch}")
+    for key in sets:
+        if not _KEY_RE.match(key):
+            raise ValueError(f"key {key!r} is not a dotted field path such as scheduler.params.quantum_ms")
+        if key.split(".")[0] == "sweep":
+            raise ValueError(f"key {key!r}: a variant cannot change the sweep itself")
+    return sets
+
+
+def check_variants(vs: list[SweepVariant] | None) -> list[SweepVariant] | None:
+    if vs is None:
+        return None
+    if not vs:
+        raise ValueError("no variants; list some or remove 'sweep'")
+    names = [v.name for v in vs]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"duplicate variant name(s) {', '.join(dup)}; give every variant its own name")
+    return vs
+
+
+def _slug(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    return re.sub(r"[^A-Za-z0-9._+=-]+", "_", text).strip("_") or "x"
+
+
+def grid(spec: dict[str, Any]) -> list[dict]:
+    """``{key: [values], ...}`` -> named variants, the cartesian product in key order. A string value names
+    itself (``batch``); any other value is named with its key's last part (``quantum_ms100``); the parts
+    of one variant's name are joined with ``-``."""
+    if not spec:
+        raise ValueError("empty grid; give {dotted.key: [values]} or a list of named variants")
+    keys, lists = [], []
+    for key, values in spec.items():
+        if not isinstance(values, list):
+            raise ValueError(
+                f"grid key {key!r}: give a list of values, e.g. {{{key}: [a, b]}} "
+                f"(got {type(values).__name__})"
+            )
+        if not values:
+            raise ValueError(f"grid key {key!r}: the list of values is empty")
+        keys.append(str(key))
+        lists.append(values)
+    check_keys(dict.fromkeys(keys))
+    out = []
+    for combo in itertools.product(*lists):
+        parts = []
+        for key, value in zip(keys, combo, strict=True):
+            last = key.rsplit(".", 1)[-1]
+            if isinstance(value, str):
+                parts.append(_slug(value))
+            elif isinstance(value, dict | list):
+                parts.append(f"{last}{lists[keys.index(key)].index(value) + 1}")
+            else:
+                parts.append(f"{last}{_slug(value)}")
+        out.append({"name": "-".join(parts), "set": dict(zip(keys, combo, strict=True))})
+    names = [v["name"] for v in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(
+            f"the grid gives two variants the name(s) {', '.join(dup)}; list named variants instead"
+        )
+    return out
+
+
+def normalize(raw: Any) -> Any:
+    """The ``sweep`` section as given -> a list of ``{name, set}`` (a grid is expanded); other shapes pass
+    through for the model to reject."""
+    if isinstance(raw, dict):
+        return grid(raw)
+    return raw
 
 
 class SweepVariant(_Model):
@@ -350,15 +448,11 @@ class SweepVariant(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v):
-        from testbed.scenario.sweep import check_name
-
         return check_name(v)
 
     @field_validator("set")
     @classmethod
     def _keys(cls, v):
-        from testbed.scenario.sweep import check_keys
-
         return check_keys(v)
 
 
@@ -385,15 +479,11 @@ class Scenario(_Model):
     @field_validator("sweep", mode="before")
     @classmethod
     def _sweep_grid(cls, v):
-        from testbed.scenario.sweep import normalize
-
         return normalize(v)
 
     @field_validator("sweep")
     @classmethod
     def _sweep_names(cls, v):
-        from testbed.scenario.sweep import check_variants
-
         return check_variants(v)
 
     @model_validator(mode="after")
@@ -573,7 +663,7 @@ def _yaml_problem(exc: Exception) -> str:
     return " ".join(f"{problem}{at}".split())
 
 
-def _read_doc(p: Path) -> dict:
+def read_doc(p: Path) -> dict:
     """The YAML document of scenario file ``p``; every way it can be unusable is one ScenarioError line."""
     if not p.exists():
         raise ScenarioError(f"scenario file {p} does not exist")
@@ -603,11 +693,14 @@ def _read_doc(p: Path) -> dict:
     return doc
 
 
-def load(path: str | Path | None = None, overrides: list[str] = (), doc: dict | None = None) -> Scenario:
+def from_file_or_doc(
+    path: str | Path | None = None, overrides: list[str] = (), doc: dict | None = None
+) -> Scenario:
     """The validated scenario from a file (or ``doc``) with ``--set`` overrides applied; anything wrong
-    with it raises :class:`ScenarioError` naming the field and the fix."""
+    with it raises :class:`ScenarioError` naming the field and the fix. Its sweep's variants are checked
+    by :func:`testbed.scenario.load`, which also expands them."""
     if doc is None:
-        doc = _read_doc(Path(path))
+        doc = read_doc(Path(path))
     elif not isinstance(doc, dict):
         raise ScenarioError("the top level must be a mapping (cluster:, scheduler:, workload: ...)")
     doc = copy.deepcopy(doc)  # overrides must not leak into the caller's document
@@ -618,10 +711,6 @@ def load(path: str | Path | None = None, overrides: list[str] = (), doc: dict | 
         scn = Scenario.model_validate(doc)
     except ValidationError as exc:
         raise ScenarioError.listing("invalid scenario", _format_errors(exc)) from None
-    if scn.sweep:
-        from testbed.scenario.sweep import variants
-
-        variants(scn)  # every variant is checked up front; ScenarioError names the variant and field
     return scn
 
 
@@ -644,6 +733,3 @@ def effective_tdf(scn: Scenario, cores: int | None = None) -> float:
         c = scn.cluster
         return auto_tdf(c.nodes * c.cores_per_node * c.cpu_rate, cores, scn.clock.control_reserve_cores)
     return float(scn.clock.tdf)
-
-
-__all__ = ["Scenario", "ScenarioError", "load", "effective_tdf"]

@@ -45,8 +45,8 @@ from typing import Any
 
 from testbed.apps.base import Collective, Compute, Progress, Recv, Send, SimContext, Sleep
 from testbed.core import events as ev
-from testbed.core.decision import FINAL, DecisionCore
-from testbed.core.jobs import Job
+from testbed.core.decision import DecisionCore
+from testbed.core.jobs import FINAL, Fault, FaultKind, Job, OnNodeDown
 from testbed.schedulers.base import (
     CollectiveEnter,
     CollectiveLeave,
@@ -204,8 +204,8 @@ class Simulation:
         switch_skew_s: float = 0.0,
         node_memory_mb: float | None = None,
         bandwidth_Bps: float | None = None,
-        faults: Sequence[tuple[float, int, str]] = (),
-        on_node_down: str = "fail",
+        faults: Sequence[Fault] = (),
+        on_node_down: OnNodeDown = OnNodeDown.FAIL,
         sink: Callable[[dict], Any] | None = None,
     ) -> None:
         """``sink(record)`` receives each event as it happens (e.g. a file, so that a run of millions of
@@ -253,10 +253,10 @@ class Simulation:
         self._asked_global = False
         for job in jobs:
             self._push(job.spec.submit_time, _SUBMIT, job.job_id)
-        for at, node, what in faults:
-            if not 0 <= node < nodes or what not in ("down", "up"):
-                raise ValueError(f"faults: ({at}, {node}, {what!r}): needs a node 0..{nodes - 1}, down or up")
-            self._push(at, _FAULT, node, what)
+        for f in faults:
+            if not 0 <= f.node < nodes:
+                raise ValueError(f"faults: {f}: needs a node 0..{nodes - 1}")
+            self._push(f.at_s, _FAULT, f.node, FaultKind(f.kind))
 
     # ----------------------------------------------------------------------------------------------------
     # Event log
@@ -417,8 +417,8 @@ class Simulation:
         for effect, switches in by_time.items():
             self._push(effect, _SLOT, switches, d.slot, d.at)
 
-    def _on_fault(self, node: int, what: str) -> None:
-        if what == "up":
+    def _on_fault(self, node: int, what: FaultKind) -> None:
+        if what == FaultKind.UP:
             self.core.node_up(self.now, node)
             return
         if node in self.core.down:

@@ -52,7 +52,9 @@ def test_quickstart_with_the_docker_envelope_completes_every_job(tmp_path):
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout + p.stderr
     rows = _jobs(out)
-    assert len(rows) == 8 and all(r["final_state"] == results.COMPLETED for r in rows.values()), rows
+    assert len(rows) == 8 and all(r["final_state"] == results.FinalState.COMPLETED for r in rows.values()), (
+        rows
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["envelope"] == "docker" and summary["cpu_rate_fixed"] and not summary["envelope_note"]
     ids = run_ids(out)

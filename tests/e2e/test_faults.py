@@ -21,7 +21,7 @@ import pytest
 from testbed import runner
 from testbed.core import events as ev
 from testbed.results import summary as results
-from testbed.scenario.model import load
+from testbed.scenario import load
 
 from ..conftest import soak
 from .conftest import (
@@ -181,7 +181,7 @@ def test_kill_9_of_a_node_agent_in_the_middle_of_a_gang_slot(scenario_file, tmp_
     assert len(lines) == 1 and "job long failed" in lines[0], text
     assert "node 2" in lines[0] or "node 3" in lines[0], text
     rows = _jobs(out)
-    assert rows["short"]["final_state"] == results.COMPLETED, rows["short"]
+    assert rows["short"]["final_state"] == results.FinalState.COMPLETED, rows["short"]
     evs = list(ev.read_jsonl(out / "events.jsonl"))
     downs = [e for e in evs if e["kind"] == ev.NODE_DOWN]
     assert {e["node"] for e in downs} == {2, 3}, downs
@@ -237,7 +237,7 @@ def test_kill_9_of_the_driver_leaves_nothing_and_the_results_are_rebuilt(scenari
     s = _summary(out)
     assert "died without ending the run" in s["ended"], s["ended"]
     rows = _jobs(out)
-    assert rows["long"]["final_state"] == results.KILLED
+    assert rows["long"]["final_state"] == results.FinalState.KILLED
     assert rows["long"]["reason"] == results.NO_END_RECORDED
     # And `testbed results` rebuilds them again from the per-node logs, saying how the jobs ended.
     (out / "jobs.csv").unlink()
@@ -246,7 +246,7 @@ def test_kill_9_of_the_driver_leaves_nothing_and_the_results_are_rebuilt(scenari
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 3, r.stdout + r.stderr
     assert "job long was killed: no end recorded" in r.stderr
-    assert _jobs(out)["long"]["final_state"] == results.KILLED
+    assert _jobs(out)["long"]["final_state"] == results.FinalState.KILLED
     assert (out / "events.jsonl").exists()
     assert _summary(out)["ended"] == s["ended"]
 
@@ -306,7 +306,7 @@ def _policy_error_ends_the_run(scenario_file, tmp_path, doc, backend="ray"):
     s = _summary(out)
     assert "InjectedFault" in s["error"] and s["ended"] == f"error: {s['error']}"
     evs = list(ev.read_jsonl(out / "events.jsonl"))
-    assert all(r["final_state"] != results.COMPLETED for r in _jobs(out).values())
+    assert all(r["final_state"] != results.FinalState.COMPLETED for r in _jobs(out).values())
     return out, s, evs, t_exit
 
 
@@ -374,7 +374,7 @@ def test_sigstop_of_the_coordinator_for_10_s_then_sigcont_resumes_the_run(scenar
         kill_tree(p)
     assert p.returncode == 0, text
     rows = _jobs(out)
-    assert all(r["final_state"] == results.COMPLETED for r in rows.values()), rows
+    assert all(r["final_state"] == results.FinalState.COMPLETED for r in rows.values()), rows
     evs = list(ev.read_jsonl(out / "events.jsonl"))
     # The gang went on being planned after SIGCONT.
     assert any(e["kind"] == ev.SLOT_PLANNED and e["wall"] > t_cont for e in evs)
@@ -517,5 +517,5 @@ def test_a_worker_that_allocates_beyond_its_node_memory_fails_its_job(scenario_f
     # Whatever happens, the host is not harmed and nothing is left behind.
     assert wait_clean(out) == ([], [])
     rows = _jobs(out)
-    assert rows["other"]["final_state"] == results.COMPLETED
-    assert rows["hog"]["final_state"] == results.FAILED and "memory" in rows["hog"]["reason"], text
+    assert rows["other"]["final_state"] == results.FinalState.COMPLETED
+    assert rows["hog"]["final_state"] == results.FinalState.FAILED and "memory" in rows["hog"]["reason"], text

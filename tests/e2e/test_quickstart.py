@@ -65,7 +65,9 @@ def test_quickstart_on_real_processes_and_in_the_simulator(tmp_path):
     with open(real / "jobs.csv") as fh:
         assert csv.DictReader(fh).fieldnames == results.JOB_COLUMNS
     rows = _jobs(real)
-    assert len(rows) == 8 and all(r["final_state"] == results.COMPLETED for r in rows.values()), rows
+    assert len(rows) == 8 and all(r["final_state"] == results.FinalState.COMPLETED for r in rows.values()), (
+        rows
+    )
     summary = json.loads((real / "summary.json").read_text())
     if in_ci():
         # CI claims the CPU rate is fixed: a silent fallback to envelope none must fail it.
@@ -130,7 +132,7 @@ def test_sim_backend_runs_in_seconds_with_overrides(tmp_path):
     assert "name: batch" in scn and "seed: 7" in scn
     rows = _jobs(out)
     # Batch runs one job per node: no two jobs that overlap in time share a node.
-    assert all(r["final_state"] == results.COMPLETED for r in rows.values())
+    assert all(r["final_state"] == results.FinalState.COMPLETED for r in rows.values())
     spans = [(float(r["starting_time"]), float(r["finish_time"]), _nodes(r["allocated_resources"]))
              for r in rows.values()]  # fmt: skip
     for i, (s1, f1, n1) in enumerate(spans):

@@ -136,7 +136,7 @@ def test_agents_run_on_the_joined_clusters_worker_nodes_and_their_files_come_bac
     assert p.returncode == 0, p.stdout + p.stderr
     with open(out / "jobs.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 3 and all(r["final_state"] == results.COMPLETED for r in rows), rows
+    assert len(rows) == 3 and all(r["final_state"] == results.FinalState.COMPLETED for r in rows), rows
     summary = json.loads((out / "summary.json").read_text())
     hosts = summary["agent_hosts"]
     # One agent process per worker node (each offers one testbed_node), none on the head.

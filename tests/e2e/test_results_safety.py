@@ -82,7 +82,7 @@ def test_force_never_replaces_a_live_runs_folder(tmp_path):
     first = (out / "events.jsonl").read_bytes()
     # Another process holds the folder as a live run does (the marker's flock): --force must wait its turn.
     code = (
-        "import sys, time; from testbed import outfolder; "
+        "import sys, time; from testbed.results import folder as outfolder; "
         f"outfolder.claim({str(out)!r}, force=True); print('held', flush=True); time.sleep(60)"
     )
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -170,7 +170,7 @@ def test_an_interrupted_run_counts_the_jobs_it_never_reached(tmp_path):
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
     summary = json.loads((out / "summary.json").read_text())
-    from testbed.scenario.model import load
+    from testbed.scenario import load
     from testbed.scenario.workload import build
 
     planned = len(build(load(scenario)))
@@ -281,7 +281,7 @@ def test_results_rebuilds_a_real_run_from_its_per_node_logs(scenario_file, tmp_p
 
 def test_a_run_folder_that_holds_events_is_never_reused_by_the_runner(tmp_path):
     from testbed import runner
-    from testbed.scenario.model import load
+    from testbed.scenario import load
 
     scn = load(QUICKSTART)
     runner.run_once(scn, "sim", tmp_path / "r")

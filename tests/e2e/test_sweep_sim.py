@@ -11,7 +11,7 @@ import sys
 
 import yaml
 
-from testbed.scenario import sweep
+from testbed.results import comparison
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -80,7 +80,7 @@ def test_three_variant_sweep_in_the_simulator(tmp_path):
     assert jobs("batch") == jobs("gang-q50") == jobs("hybrid") and len(jobs("batch")) == 8
 
     pngs = sorted((out / "plots").glob("*.png"))
-    assert {f"{m}.png" for m in sweep.METRICS} <= {p.name for p in pngs} and len(pngs) >= 6
+    assert {f"{m}.png" for m in comparison.METRICS} <= {p.name for p in pngs} and len(pngs) >= 6
     import matplotlib
 
     matplotlib.use("Agg")
@@ -95,7 +95,8 @@ def test_three_variant_sweep_in_the_simulator(tmp_path):
 
 
 def test_a_many_variant_table_is_printed_whole_when_stdout_is_a_file(tmp_path):
-    # Past sweep.TABLE_COLUMNS_MAX variants the table has a row per variant and a column per metric: about
+    # Past comparison.TABLE_COLUMNS_MAX variants the table has a row per variant and a column per metric:
+    # about
     # 190 characters wide, which rich squeezed into 80 and cut with '…' in a log or a redirected file.
     doc = {**SCENARIO, "sweep": {"scheduler.params.quantum_ms": [40, 60, 80, 100, 120, 140, 160]}}
     doc["workload"] = {**SCENARIO["workload"], "generator": {**SCENARIO["workload"]["generator"], "count": 3}}

@@ -78,7 +78,7 @@ def test_absent_daemon_is_one_line_saying_how_to_start_it(monkeypatch):
 
 def test_absent_daemon_is_refused_at_preflight(monkeypatch):
     from testbed import runner
-    from testbed.scenario.model import Scenario
+    from testbed.scenario import Scenario
 
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     scn = Scenario.model_validate(

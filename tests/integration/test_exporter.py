@@ -21,7 +21,8 @@ from testbed.schedulers.base import JobSpec
 from testbed.core import events as ev
 from testbed.core.jobs import Job
 from testbed.emulator.agent import NodeAgent, NodeConfig
-from testbed.emulator.coordinator import Coordinator, LocalProxy
+from testbed.emulator.control import LocalHandle
+from testbed.emulator.coordinator import Coordinator
 from testbed.results import summary as results
 
 from ..conftest import require
@@ -93,7 +94,7 @@ def test_exporters_of_a_real_gang_run(tmp_path):
     jobs = [Job(JobSpec(j, nodes, 0.0, estimate=Synthetic.ideal_runtime(app)), app) for j in ("a", "b")]
     coord = None
     try:
-        proxies = [LocalProxy(a, pool) for a in agents]
+        proxies = [LocalHandle(a, pool) for a in agents]
         coord = Coordinator(str(tmp_path), nodes, "gang", params, 0, jobs, proxies,
                             [a.nic_address for a in agents], tdf, monitoring=mon)  # fmt: skip
         addresses = [a.info()["metrics"] for a in agents] + [coord.metrics_address()]

@@ -13,7 +13,8 @@ from testbed.schedulers.base import JobSpec
 from testbed.core import events as ev
 from testbed.core.jobs import Job
 from testbed.emulator.agent import NodeAgent, NodeConfig
-from testbed.emulator.coordinator import Coordinator, LocalProxy
+from testbed.emulator.control import LocalHandle
+from testbed.emulator.coordinator import Coordinator
 from testbed.results import summary as results
 
 from ..conftest import measured
@@ -40,7 +41,7 @@ def _run(tmp_path, scheduler, params, jobs, nodes=4, tdf=2.0, timeout=120.0, kee
             params,
             0,
             jobs,
-            [LocalProxy(a, pool) for a in agents],
+            [LocalHandle(a, pool) for a in agents],
             [a.nic_address for a in agents],
             tdf,
         )
@@ -76,7 +77,7 @@ def test_gang_time_slices_two_full_size_jobs(tmp_path):
     def run():
         events = _run(tmp_path / f"try{next(tries)}", "gang", {"mpl": 2, "quantum_ms": 50.0}, jobs)
         rows = {r["job_id"]: r for r in results.job_rows(events)}
-        assert all(r["final_state"] == results.COMPLETED for r in rows.values()), rows
+        assert all(r["final_state"] == results.FinalState.COMPLETED for r in rows.values()), rows
         # Both started at once and shared the nodes by time slices: each took about twice as long.
         for r in rows.values():
             assert r["starting_time"] < 0.05
@@ -105,7 +106,7 @@ def test_local_runs_jobs_side_by_side(tmp_path):
     jobs = [_job("x", 2, iterations=5), _job("y", 2, iterations=5)]
     events = _run(tmp_path, "local", {}, jobs, nodes=2)
     rows = {r["job_id"]: r for r in results.job_rows(events)}
-    assert all(r["final_state"] == results.COMPLETED for r in rows.values()), rows
+    assert all(r["final_state"] == results.FinalState.COMPLETED for r in rows.values()), rows
     # Native local scheduling admits both at once on the same two nodes.
     assert all(r["starting_time"] < 0.05 for r in rows.values())
     assert not [e for e in events if e["kind"] == ev.SLOT_SWITCH]

@@ -34,7 +34,7 @@ def test_coscheduling_scheme_runs_communicating_jobs_to_completion(tmp_path, nam
     jobs = _jobs(name, [("a", 2, chatty), ("b", 2, chatty)])
     events = _run(tmp_path, name, {"mpl": 2}, jobs, nodes=2)
     rows = {r["job_id"]: r for r in results.job_rows(events)}
-    assert all(r["final_state"] == results.COMPLETED for r in rows.values()), rows
+    assert all(r["final_state"] == results.FinalState.COMPLETED for r in rows.values()), rows
     # Both jobs shared the two nodes (MPL 2), as the scheme is meant to handle.
     assert all(r["starting_time"] < 0.05 for r in rows.values())
     barriers = [e for e in events if e["kind"] == "progress" and e["value"] == 15]
@@ -53,7 +53,7 @@ def test_paired_gang_gets_per_quantum_utilisation_from_real_processes(tmp_path):
     keep: dict = {}
     events = _run(tmp_path, "paired", {"mpl": 2, "quantum_ms": 50.0}, jobs, nodes=2, keep=keep)
     rows = {r["job_id"]: r for r in results.job_rows(events)}
-    assert all(r["final_state"] == results.COMPLETED for r in rows.values()), rows
+    assert all(r["final_state"] == results.FinalState.COMPLETED for r in rows.values()), rows
     policy = keep["coordinator"].policy
     assert policy.quanta > 0
     util: dict[str, list[float]] = {"io": [], "cpu": []}

@@ -21,9 +21,9 @@ from testbed.schedulers.base import (
 )
 
 from testbed.core import events as ev
-from testbed.core.decision import FAILED, FINISHED, KILLED, QUEUED, RUNNING, DecisionCore, PolicyError
-from testbed.core.jobs import Job
-from testbed.scenario.model import ScenarioError, load
+from testbed.core.decision import DecisionCore, PolicyError
+from testbed.core.jobs import Fault, FaultKind, Job, JobState
+from testbed.scenario import ScenarioError, load
 from testbed.sim import simulate
 
 
@@ -89,7 +89,11 @@ class ScriptedSched(Scheduler):
 
 
 def _states(events) -> dict[str, str]:
-    final = {ev.JOB_FINISHED: FINISHED, ev.JOB_FAILED: FAILED, ev.JOB_KILLED: KILLED}
+    final = {
+        ev.JOB_FINISHED: JobState.FINISHED,
+        ev.JOB_FAILED: JobState.FAILED,
+        ev.JOB_KILLED: JobState.KILLED,
+    }
     out = {}
     for e in events:
         if e["kind"] in final:
@@ -131,7 +135,7 @@ def test_a_node_beyond_the_policys_own_limit_is_refused():
         simulate([_job("a"), _job("b", t=0.01)], ScriptedSched, {}, nodes=2)
     Scripted.cap = None  # unbounded: the same start is allowed (the two jobs share the node)
     events = simulate([_job("a"), _job("b", t=0.01)], ScriptedSched, {}, nodes=2)
-    assert _states(events) == {"a": FINISHED, "b": FINISHED}
+    assert _states(events) == {"a": JobState.FINISHED, "b": JobState.FINISHED}
 
 
 def test_kill_and_requeue_from_the_policy():
@@ -157,8 +161,10 @@ def test_kill_and_requeue_from_the_policy():
 
 def test_a_node_going_down_fails_its_jobs_and_the_policy_hears_it():
     jobs = [_job("a", size=2), _job("b", size=1, t=0.5)]
-    events = simulate(jobs, ScriptedSched, {}, nodes=3, faults=[(0.3, 1, "down"), (1.0, 1, "up")])
-    assert _states(events) == {"a": FAILED, "b": FINISHED}
+    events = simulate(
+        jobs, ScriptedSched, {}, nodes=3, faults=[Fault(0.3, 1, FaultKind.DOWN), Fault(1.0, 1, FaultKind.UP)]
+    )
+    assert _states(events) == {"a": JobState.FAILED, "b": JobState.FINISHED}
     failed = next(e for e in events if e["kind"] == ev.JOB_FAILED)
     assert failed["reason"] == "node 1 went down (scripted fault)" and failed["t"] == pytest.approx(0.3)
     down = next(e for e in events if e["kind"] == ev.NODE_DOWN)
@@ -171,8 +177,10 @@ def test_a_node_going_down_fails_its_jobs_and_the_policy_hears_it():
 
 def test_requeued_on_node_down_the_job_starts_again_from_the_beginning():
     jobs = [_job("a", size=2, iterations=10, gcomp=100.0)]  # 1 s of work
-    events = simulate(jobs, ScriptedSched, {}, nodes=3, faults=[(0.4, 0, "down")], on_node_down="requeue")
-    assert _states(events) == {"a": FINISHED}
+    events = simulate(
+        jobs, ScriptedSched, {}, nodes=3, faults=[Fault(0.4, 0, FaultKind.DOWN)], on_node_down="requeue"
+    )
+    assert _states(events) == {"a": JobState.FINISHED}
     starts = [e for e in events if e["kind"] == ev.JOB_STARTED]
     assert [s["nodes"] for s in starts] == [[0, 1], [1, 2]]
     finished = next(e for e in events if e["kind"] == ev.JOB_FINISHED)
@@ -203,15 +211,15 @@ def test_core_alone_follows_the_state_machine():
     )
     core.submit(0.0, "a")
     core.submit(0.0, "b")
-    assert core.jobs["a"].state == RUNNING and core.jobs["b"].state == QUEUED
+    assert core.jobs["a"].state == JobState.RUNNING and core.jobs["b"].state == JobState.QUEUED
     core.rank_exited(1.0, "a", 0, True)
-    assert core.jobs["a"].state == RUNNING  # one rank of two
+    assert core.jobs["a"].state == JobState.RUNNING  # one rank of two
     core.rank_exited(1.0, "a", 1, False, "rank 1 failed: boom")
-    assert core.jobs["a"].state == FAILED
+    assert core.jobs["a"].state == JobState.FAILED
     assert ("kill", "a", (0, 1), "rank 1 failed: boom") in calls
-    assert core.jobs["b"].state == RUNNING  # a's nodes were freed for b
+    assert core.jobs["b"].state == JobState.RUNNING  # a's nodes were freed for b
     core.node_down(2.0, 0, "test")
-    assert core.jobs["b"].state == FAILED and policy.down == {0}
+    assert core.jobs["b"].state == JobState.FAILED and policy.down == {0}
     core.end(3.0, "over")
     assert core.open == 0 and log.count(ev.JOB_ADMITTED) == 2
 
@@ -235,7 +243,7 @@ def test_faults_section_is_checked():
             "faults": {"on_node_down": "requeue", "script": [{"at_s": 1, "node": 2, "kind": "down"}]},
         }
     )
-    assert scn.faults.as_tuples() == [(1.0, 2, "down")]
+    assert scn.faults.faults() == [Fault(1.0, 2, FaultKind.DOWN)]
 
 
 @pytest.mark.parametrize("name", sorted(__import__("testbed.schedulers.registry", fromlist=["x"]).names()))
@@ -260,7 +268,7 @@ def test_every_policy_keeps_off_a_down_node_and_uses_it_again_once_up(name, on_n
         registry.get(name),
         {},
         nodes=4,
-        faults=[(down, 1, "down"), (up, 1, "up")],
+        faults=[Fault(down, 1, FaultKind.DOWN), Fault(up, 1, FaultKind.UP)],
         on_node_down=on_node_down,
     )
     starts = [e for e in events if e["kind"] == ev.JOB_STARTED]
@@ -268,10 +276,10 @@ def test_every_policy_keeps_off_a_down_node_and_uses_it_again_once_up(name, on_n
     assert any(s["t"] >= up and 1 in s["nodes"] for s in starts), "node 1 never used again"
     states = _states(events)
     assert len(states) == len(jobs)
-    failed = {j for j, s in states.items() if s == FAILED}
+    failed = {j for j, s in states.items() if s == JobState.FAILED}
     if on_node_down == "requeue":
-        assert not failed and set(states.values()) == {FINISHED}
+        assert not failed and set(states.values()) == {JobState.FINISHED}
     else:
-        assert failed and all(s in (FINISHED, FAILED) for s in states.values())
+        assert failed and all(s in (JobState.FINISHED, JobState.FAILED) for s in states.values())
         reasons = {e["reason"] for e in events if e["kind"] == ev.JOB_FAILED}
         assert reasons == {"node 1 went down (scripted fault)"}

@@ -540,8 +540,7 @@ def test_sim_cc_sender_spins_for_the_nic_ack_then_blocks_other_schemes_do_not_wa
 
 
 def test_the_runner_gives_cc_jobs_the_waiting_sender_and_no_other_scheme():
-    from testbed.scenario import workload
-    from testbed.scenario.model import load
+    from testbed.scenario import load, workload
 
     def send_waits(name: str) -> set[str]:
         doc = {

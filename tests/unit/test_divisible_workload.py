@@ -10,8 +10,7 @@ import pytest
 from testbed.schedulers.divisible import Load, exec_time, fastest
 
 from testbed import runner
-from testbed.scenario import workload
-from testbed.scenario.model import ScenarioError, load
+from testbed.scenario import ScenarioError, load, workload
 
 BASE = {"cluster": {"nodes": 8}, "scheduler": {"name": "mcdf"}}
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from testbed.deploy import k8s
-from testbed.scenario.model import load
+from testbed.scenario import load
 
 from ..conftest import require
 

@@ -145,7 +145,7 @@ def test_switch_skew_times_out_or_gives_up_on_down_nodes():
 
 
 def test_scenario_monitoring_section():
-    from testbed.scenario.model import ScenarioError, load
+    from testbed.scenario import ScenarioError, load
 
     doc = {"workload": {"jobs": [{"size": 1}]}}
     m = load(doc=doc).monitoring

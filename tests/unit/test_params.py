@@ -14,7 +14,7 @@ from testbed.schedulers.base import PolicyConfigError, Scheduler
 from testbed.schedulers.local import LocalGlobal
 from testbed.schedulers.params import PolicyParams, param
 
-from testbed.scenario.model import ScenarioError, load
+from testbed.scenario import ScenarioError, load
 
 SCHEDULERS = registry.names()
 

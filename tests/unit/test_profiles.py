@@ -20,7 +20,7 @@ from testbed.schedulers.batch import Batch
 from testbed.schedulers.local import Local, LocalGlobal
 
 from testbed.core.jobs import Job, WaitSpec
-from testbed.scenario.model import ScenarioError, load
+from testbed.scenario import ScenarioError, load
 from testbed.scenario.workload import build
 from testbed.sim import simulate
 

@@ -12,23 +12,23 @@ def _row(job, state, reason=""):
 
 def test_planned_ends_are_completed_rejected_and_killed_by_the_duration():
     rows = [
-        _row("a", results.COMPLETED),
-        _row("b", results.REJECTED, "size 9 above 8 nodes"),
-        _row("c", results.KILLED, ev.DURATION_REACHED),
-        _row("d", results.KILLED, f"{ev.DURATION_REACHED} before it started"),
-        _row("e", results.KILLED, f"{ev.POLICY_KILL}: over budget"),
-        _row("f", results.FAILED, f"node 3 went down ({ev.SCRIPTED_FAULT})"),
+        _row("a", results.FinalState.COMPLETED),
+        _row("b", results.FinalState.REJECTED, "size 9 above 8 nodes"),
+        _row("c", results.FinalState.KILLED, ev.DURATION_REACHED),
+        _row("d", results.FinalState.KILLED, f"{ev.DURATION_REACHED} before it started"),
+        _row("e", results.FinalState.KILLED, f"{ev.POLICY_KILL}: over budget"),
+        _row("f", results.FinalState.FAILED, f"node 3 went down ({ev.SCRIPTED_FAULT})"),
     ]
     assert results.unplanned(rows) == []
 
 
 def test_errors_interrupts_and_jobs_left_queued_are_not_planned():
     rows = [
-        _row("a", results.FAILED, "rank 6 on node 6 failed: [Errno 2] No such file"),
-        _row("b", results.KILLED, "interrupted (Ctrl-C)"),
-        _row("c", results.NOT_STARTED),
-        _row("d", results.COMPLETED),
-        _row("e", results.FAILED, "node 3 went down (its agent died (ActorDiedError))"),
+        _row("a", results.FinalState.FAILED, "rank 6 on node 6 failed: [Errno 2] No such file"),
+        _row("b", results.FinalState.KILLED, "interrupted (Ctrl-C)"),
+        _row("c", results.FinalState.NOT_STARTED),
+        _row("d", results.FinalState.COMPLETED),
+        _row("e", results.FinalState.FAILED, "node 3 went down (its agent died (ActorDiedError))"),
     ]
     bad = results.unplanned(rows)
     assert [b["job"] for b in bad] == ["a", "b", "c", "e"]
@@ -47,8 +47,11 @@ def test_a_started_job_without_an_end_was_killed_by_the_run_stopping():
         {"t": 0.2, "kind": ev.JOB_SUBMITTED, "job": "b", "size": 2},
     ]
     rows = {r["job_id"]: r for r in results.job_rows(evs)}
-    assert (rows["a"]["final_state"], rows["a"]["reason"]) == (results.KILLED, results.NO_END_RECORDED)
-    assert rows["b"]["final_state"] == results.NOT_STARTED  # still queued: it never started
+    assert (rows["a"]["final_state"], rows["a"]["reason"]) == (
+        results.FinalState.KILLED,
+        results.NO_END_RECORDED,
+    )
+    assert rows["b"]["final_state"] == results.FinalState.NOT_STARTED  # still queued: it never started
     assert [b["job"] for b in results.unplanned(list(rows.values()))] == ["a", "b"]
 
 

@@ -5,9 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.scenario import ScenarioError, load, workload
 from testbed.scenario import model as scenario
-from testbed.scenario import workload
-from testbed.scenario.model import ScenarioError, load
 
 ROOT = Path(__file__).resolve().parents[2]
 MINI = {"workload": {"jobs": [{"size": 2}]}}

@@ -9,9 +9,9 @@ import statistics
 import pytest
 
 from testbed import runner
+from testbed.results import comparison
 from testbed.results import summary as results
-from testbed.scenario import sweep, workload
-from testbed.scenario.model import ScenarioError, load
+from testbed.scenario import ScenarioError, load, model, sweep, workload
 
 GEN = {
     "seed": 5,
@@ -61,7 +61,7 @@ def test_grid_is_the_cartesian_product_named_from_the_values():
     # The variants carry no sweep; the base keeps its sweep, expanded.
     assert all(v.scenario.sweep is None for v in vs) and len(scn.sweep) == 4
     # A grid over non-string values names them with the key's last part; dict values by position.
-    g = sweep.grid({"scheduler.params.quantum_ms": [50, 100.5], "scheduler.params": [{}, {"mpl": 2}]})
+    g = model.grid({"scheduler.params.quantum_ms": [50, 100.5], "scheduler.params": [{}, {"mpl": 2}]})
     assert [v["name"] for v in g] == [
         "quantum_ms50-params1",
         "quantum_ms50-params2",
@@ -86,7 +86,7 @@ def test_named_variants_apply_like_set_overrides():
     assert gq.scenario.scheduler.params == {"mpl": 2, "quantum_ms": 100}
     assert big.scenario.cluster.nodes == 16 and big.scenario.duration_s == 30
     assert big.scenario.scheduler == scn.scheduler
-    assert sweep.override_keys([batch, gq, big]) == [
+    assert comparison.override_keys([batch, gq, big]) == [
         "scheduler.name",
         "scheduler.params",
         "scheduler.params.quantum_ms",
@@ -194,10 +194,10 @@ def _summary(resp, util, done=3, failed=0, killed=0, rejected=0):
         "makespan_s": 10.0,
         "energy_j": 12345.678,
         "jobs_by_state": {
-            results.COMPLETED: done,
-            results.FAILED: failed,
-            results.KILLED: killed,
-            results.REJECTED: rejected,
+            results.FinalState.COMPLETED: done,
+            results.FinalState.FAILED: failed,
+            results.FinalState.KILLED: killed,
+            results.FinalState.REJECTED: rejected,
         },
     }
 
@@ -217,24 +217,24 @@ def _variants(reps=1):
 def test_comparison_csv_one_row_per_variant(tmp_path):
     vs = _variants()
     res = [
-        sweep.VariantResult(vs[0], [_summary(4.0, 0.5)], sweep.OK),
-        sweep.VariantResult(
+        comparison.VariantResult(vs[0], [_summary(4.0, 0.5)], comparison.VariantStatus.OK),
+        comparison.VariantResult(
             vs[1],
             [
                 {
                     **_summary(None, 0.25, done=0, killed=2, rejected=1),
                     "jobs_not_as_planned": [
-                        {"job": "j1", "state": results.KILLED, "reason": "interrupted (Ctrl-C)"},
-                        {"job": "j2", "state": results.KILLED, "reason": "interrupted (Ctrl-C)"},
+                        {"job": "j1", "state": results.FinalState.KILLED, "reason": "interrupted (Ctrl-C)"},
+                        {"job": "j2", "state": results.FinalState.KILLED, "reason": "interrupted (Ctrl-C)"},
                     ],
                 }
             ],
-            sweep.OK,
+            comparison.VariantStatus.OK,
         ),
-        sweep.VariantResult(vs[2], [], sweep.FAILED, "RuntimeError: boom"),
+        comparison.VariantResult(vs[2], [], comparison.VariantStatus.FAILED, "RuntimeError: boom"),
     ]
-    rows = sweep.comparison_rows(res)
-    sweep.write_csv(tmp_path / "c.csv", rows)
+    rows = comparison.comparison_rows(res)
+    comparison.write_csv(tmp_path / "c.csv", rows)
     with open(tmp_path / "c.csv") as fh:
         reader = csv.DictReader(fh)
         got = list(reader)
@@ -246,8 +246,8 @@ def test_comparison_csv_one_row_per_variant(tmp_path):
         "scheduler.params.quantum_ms",
         "status",
         "repetitions",
-        *sweep.METRICS,
-        *sweep.JOB_STATES,
+        *comparison.METRICS,
+        *comparison.JOB_STATES,
         "jobs_not_as_planned",
         "not_as_planned",
         "error",
@@ -279,7 +279,7 @@ def test_comparison_csv_one_row_per_variant(tmp_path):
     from rich.console import Console
 
     con = Console(width=200, record=True)
-    con.print(sweep.table(got, title="t"))
+    con.print(comparison.table(got, title="t"))
     text = con.export_text()
     assert "batch" in text and "RuntimeError: boom" in text and "4.000 s" in text and "3/0/0/0" in text
 
@@ -287,18 +287,20 @@ def test_comparison_csv_one_row_per_variant(tmp_path):
 def test_comparison_with_repetitions_has_mean_and_stdev():
     vs = _variants(reps=3)
     res = [
-        sweep.VariantResult(
+        comparison.VariantResult(
             vs[0], [_summary(r, 0.5, done=d) for r, d in ((1.0, 3), (2.0, 2), (4.0, 3))], "ok"
         )
     ]
-    (row,) = sweep.comparison_rows(res)
+    (row,) = comparison.comparison_rows(res)
     assert row["repetitions"] == 3
     assert row["mean_response_time_s"] == pytest.approx(7 / 3)
     assert row["mean_response_time_s_stdev"] == pytest.approx(statistics.stdev([1.0, 2.0, 4.0]))
     assert row["utilization_stdev"] == 0.0
     assert row["jobs_completed"] == pytest.approx(8 / 3) and row["jobs_completed_stdev"] > 0
     # One finished repetition: a mean but no stdev.
-    (row,) = sweep.comparison_rows([sweep.VariantResult(vs[1], [_summary(1.0, 0.5)], "failed", "x")])
+    (row,) = comparison.comparison_rows(
+        [comparison.VariantResult(vs[1], [_summary(1.0, 0.5)], "failed", "x")]
+    )
     assert row["mean_response_time_s"] == 1.0 and row["mean_response_time_s_stdev"] is None
 
 
@@ -313,7 +315,7 @@ def test_runner_records_a_failing_variant_and_goes_on(tmp_path, monkeypatch):
         return _summary(2.0, 0.5)
 
     monkeypatch.setattr(runner, "run_once", fake_run_once)
-    monkeypatch.setattr(sweep, "plot", lambda out, rows, title="": [])  # plots: e2e test
+    monkeypatch.setattr(comparison, "plot", lambda out, rows, title="": [])  # plots: e2e test
     doc = _doc(
         [
             {"name": "a", "set": {"scheduler.name": "local"}},
@@ -336,7 +338,7 @@ def test_runner_records_a_failing_variant_and_goes_on(tmp_path, monkeypatch):
     assert rows[0]["error"] == "RuntimeError: boom (repetition 1)"
     assert "boom" in (tmp_path / "a" / "error.txt").read_text()
     assert (tmp_path / "b" / "summaries.json").exists() and (tmp_path / "scenario.yaml").exists()
-    assert len(sweep.read_csv(tmp_path / "comparison.csv")) == 2
+    assert len(comparison.read_csv(tmp_path / "comparison.csv")) == 2
     assert any("variant a failed" in n for n in notes) and any("quantum_ms dropped" in n for n in notes)
 
 
@@ -347,11 +349,11 @@ def test_ctrl_c_stops_the_sweep_and_still_writes_the_comparison(tmp_path, monkey
         return _summary(2.0, 0.5)
 
     monkeypatch.setattr(runner, "run_once", fake_run_once)
-    monkeypatch.setattr(sweep, "plot", lambda out, rows, title="": [])
+    monkeypatch.setattr(comparison, "plot", lambda out, rows, title="": [])
     scn = load(doc=_doc({"scheduler.name": ["gang", "paired", "batch"]}))
     with pytest.raises(KeyboardInterrupt):
         runner.run(scn, "sim", tmp_path)
-    rows = sweep.read_csv(tmp_path / "comparison.csv")
+    rows = comparison.read_csv(tmp_path / "comparison.csv")
     assert [(r["variant"], r["status"]) for r in rows] == [
         ("gang", "ok"),
         ("paired", "interrupted"),
@@ -365,8 +367,8 @@ def test_plots_are_written_from_rows(tmp_path):
         {"variant": "a", "status": "ok", "mean_response_time_s": 1.0, "mean_response_time_s_stdev": 0.2},
         {"variant": "b", "status": "failed", "mean_response_time_s": None},
     ]
-    paths = sweep.plot(tmp_path, rows, "t")
-    assert sorted(p.name for p in paths) == sorted([f"{m}.png" for m in sweep.METRICS] + ["jobs.png"])
+    paths = comparison.plot(tmp_path, rows, "t")
+    assert sorted(p.name for p in paths) == sorted([f"{m}.png" for m in comparison.METRICS] + ["jobs.png"])
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
 
 
@@ -376,12 +378,12 @@ def test_optional_metrics_are_compared_when_a_variant_has_them(tmp_path):
         {"variant": "gang", "status": "ok", "quanta_paired_fraction": 0.0, "barriers_per_s.io": 2.0},
         {"variant": "paired", "status": "ok", "quanta_paired_fraction": 0.7, "barriers_per_s.io": 7.5},
     ]
-    names = {p.name for p in sweep.plot(tmp_path, rows, "t")}
+    names = {p.name for p in comparison.plot(tmp_path, rows, "t")}
     assert {"quanta_paired_fraction.png", "barriers_per_s.io.png"} <= names
-    assert sweep.metric_label("barriers_per_s.io") == "barriers/s, io"
+    assert comparison.metric_label("barriers_per_s.io") == "barriers/s, io"
     from rich.console import Console
 
     con = Console(record=True, width=200)
-    con.print(sweep.table(rows))
+    con.print(comparison.table(rows))
     text = con.export_text()
     assert "barriers/s, io" in text and "7.500" in text and "0.700" in text

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from testbed.apps.synthetic import Synthetic
 
-from testbed.scenario import swf
-from testbed.scenario.model import ScenarioError, load
+from testbed.scenario import ScenarioError, load, swf
 from testbed.scenario.workload import build
 
 NASA = Path(__file__).resolve().parents[2] / "scenarios" / "traces" / "NASA-iPSC-1993-3.1-cln.swf.gz"
