@@ -182,6 +182,34 @@ class SimContext:
 
 
 # ----------------------------------------------------------------------------------------------------------
+# One job's plan: what the workload asks a kind, once per job
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How the workload sizes one job's work, at most one of: a drawn duration (the config scaled to
+    about ``duration_s`` alone), the program's own length times ``own_length_scale`` (a profile's), or
+    ``work`` = (CPU seconds at rate 1.0, steps) recorded in a trace. None of them: the config as given."""
+
+    duration_s: float | None = None
+    own_length_scale: float | None = None
+    work: tuple[float, int] | None = None
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """Everything the workload needs of a job's program, from one call (:meth:`ProgramKind.plan`)."""
+
+    app: AppConfig  # the config the job runs with, bound to its arrival
+    estimate: float  # ideal run time alone (emulated s), computed before binding
+    job_class: str  # the class when the scenario names none
+    realtime: RealTimeFacts | None  # a real-time job's facts for the policies
+    wait: tuple[str, float, bool] | None  # the receive wait the config asks for (ProgramKind.wait_request)
+    size: int | None  # the process count the program fixes, or None
+    spec_fields: Mapping[str, Any]  # the JobSpec fields the kind adds for the policies (ProgramKind.bind)
+
+
+# ----------------------------------------------------------------------------------------------------------
 # The registered unit
 
 
@@ -199,6 +227,29 @@ class ProgramKind:
     head: ClassVar[bool] = False
 
     # -- scenario -> job -------------------------------------------------------------------------------
+
+    @classmethod
+    def plan(
+        cls, cfg: AppConfig, submit_time: float, cpu_rate: float = 1.0, shape: Shape = Shape()
+    ) -> JobPlan:
+        """The job of config ``cfg`` (as the scenario gave it) arriving at ``submit_time`` on nodes of rate
+        ``cpu_rate``, its work sized by ``shape``: the one question the workload asks a kind. A kind
+        implements the small hooks below, which this calls in order."""
+        if shape.own_length_scale is not None:
+            app = cls.with_own_length(cfg, shape.own_length_scale)
+        else:
+            app = cls.resolve(cfg)
+        if shape.work is not None:
+            app = cls.with_work(app, *shape.work)
+        elif shape.duration_s is not None:
+            app = cls.with_duration(app, shape.duration_s, cpu_rate)
+        estimate = cls.ideal_runtime(app, cpu_rate)
+        realtime = cls.realtime(app, cpu_rate)
+        bound, fields = cls.bind(app, submit_time, cpu_rate)
+        # The class, the wait asked for and the fixed size are read from the config as given: what it
+        # names (a profile) and whether a field was set explicitly are part of the answer.
+        wait, size = cls.wait_request(cfg), cls.fixed_size(cfg)
+        return JobPlan(bound, estimate, cls.default_class(cfg), realtime, wait, size, fields)
 
     @classmethod
     def resolve(cls, cfg: AppConfig) -> AppConfig:
@@ -220,6 +271,17 @@ class ProgramKind:
     def memory_mb(cls, cfg: AppConfig, size: int) -> float:
         """Memory per process (MB) the job needs when the scenario does not say (a profile's figure)."""
         return 0.0
+
+    @classmethod
+    def with_own_length(cls, cfg: AppConfig, scale: float) -> AppConfig:
+        """The config as given, resolved, at the program's own length (a profile's) times ``scale``."""
+        raise NotImplementedError(f"program kind {cls.name!r} has no length of its own to scale")
+
+    @classmethod
+    def size_choices(cls, cfg: AppConfig, lo: int, hi: int) -> list[int]:
+        """The process counts within [lo, hi] a generator may draw for this config (a profile's), or
+        [] for any."""
+        return []
 
     @classmethod
     def with_work(cls, cfg: AppConfig, cpu_s: float, steps: int) -> AppConfig:
@@ -256,7 +318,8 @@ class ProgramKind:
 
     @classmethod
     def default_class(cls, cfg: AppConfig) -> str:
-        """The job class (results and metrics are broken down by it) when the scenario names none."""
+        """The job class (results and metrics are broken down by it) when the scenario names none, from
+        the config as the scenario gave it."""
         return cls.name
 
     @classmethod

@@ -150,10 +150,15 @@ class Synthetic(ProgramKind):
         return cfg.model_copy(update={"iterations": iterations})
 
     @classmethod
-    def with_profile_length(cls, cfg: SyntheticConfig, profile: str, scale: float) -> SyntheticConfig:
+    def with_own_length(cls, cfg: SyntheticConfig, scale: float) -> SyntheticConfig:
         """The profile's own length (apps/profiles.py) times ``scale``."""
-        iterations = max(1, round(profiles.get(profile).iterations() * scale))
-        return cfg.model_copy(update={"iterations": iterations})
+        iterations = max(1, round(profiles.get(cfg.profile).iterations() * scale))
+        return cls.resolve(cfg).model_copy(update={"iterations": iterations})
+
+    @classmethod
+    def size_choices(cls, cfg: SyntheticConfig, lo: int, hi: int) -> list[int]:
+        """A profile's process counts within [lo, hi] (NAS benchmarks run at set counts)."""
+        return [] if cfg.profile is None else [s for s in profiles.get(cfg.profile).sizes if lo <= s <= hi]
 
     @classmethod
     def with_work(cls, cfg: SyntheticConfig, cpu_s: float, steps: int) -> SyntheticConfig:
@@ -165,6 +170,8 @@ class Synthetic(ProgramKind):
 
     @classmethod
     def default_class(cls, cfg: SyntheticConfig) -> str:
+        if cfg.profile is not None:
+            return cfg.profile  # a NAS-like profile's jobs are its class (paper 003's classes)
         if cfg.gio and cfg.gcomp == 0:
             return "io"
         if cfg.gio:

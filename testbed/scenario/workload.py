@@ -1,5 +1,11 @@
 """Turns a scenario's workload section into jobs. Same seed, same jobs (docs/architecture.md, "Scenarios are
-data")."""
+data").
+
+Four sources, each a function of the scenario: the explicit ``jobs``, the Poisson ``generator``, a
+``trace`` replayed, paper 001's ``divisible`` tasks (testbed/scenario/divisible.py). Each says when a job
+arrives, how many processes it has and how its work is sized; the job's program kind answers the rest in
+one call (:meth:`ProgramKind.plan`), and the scheduler settles how its processes wait.
+"""
 
 from __future__ import annotations
 
@@ -8,145 +14,125 @@ import math
 
 import numpy as np
 
-from testbed.apps import profiles
 from testbed.apps import registry as kinds
-from testbed.apps.base import AppConfig, WaitSpec
+from testbed.apps.base import AppConfig, JobPlan, Shape, WaitSpec
 from testbed.core.jobs import Job
+from testbed.scenario import divisible, swf
 from testbed.scenario.model import Scenario
 from testbed.schedulers import registry
 from testbed.schedulers.base import JobSpec, RealTime, job_wait
 
 
-def _realtime(kind, app: AppConfig, rate: float) -> RealTime | None:
-    """What a real-time program tells the policies (its period, buffer, per-rank work, max wait)."""
-    facts = kind.realtime(app, rate)
-    return None if facts is None else RealTime(*facts)
-
-
-def _wait(cfg: AppConfig, scn: Scenario) -> WaitSpec:
-    """How the job's processes wait. A coscheduling scheme ties the receive wait mode to itself (paper 003,
-    table 1); a job keeps its own only where the scheduler allows it and the scenario set it explicitly;
-    the sender's wait for the NIC's acknowledgement is the scheduler's ("none" but under CC)."""
-    sched = registry.get(scn.scheduler.name)
-    asked = kinds.get(cfg.kind).wait_request(cfg)
-    mode, spin, explicit = asked if asked is not None else ("block", 300.0, False)
-    mode, spin = job_wait(sched, scn.scheduler.params, wait_mode=mode, spin_time_us=spin, explicit=explicit)
-    return WaitSpec(mode, spin, sched.send_wait)
-
-
-def _profile_sizes(cfg: AppConfig, lo: int, hi: int) -> list[int]:
-    """A profile's process counts within [lo, hi]; empty without a profile (or if none fits)."""
-    name = getattr(cfg, "profile", None)
-    if name is None:
-        return []
-    return [s for s in profiles.get(name).sizes if lo <= s <= hi]
-
-
 def build(scn: Scenario) -> list[Job]:
-    rate = scn.cluster.cpu_rate
-    jobs: list[Job] = []
-    for i, entry in enumerate(scn.workload.jobs):
-        kind = kinds.get(entry.app.kind)
-        app = kind.resolve(entry.app)
-        estimate = entry.estimate_s if entry.estimate_s is not None else kind.ideal_runtime(app, rate)
-        job_class = entry.job_class or getattr(entry.app, "profile", None) or kind.default_class(app)
-        jobs.append(
-            Job(
-                JobSpec(
-                    job_id=entry.id or f"j{i}",
-                    size=entry.size,
-                    submit_time=entry.submit_s,
-                    estimate=estimate,
-                    memory_mb=entry.memory(),
-                    exclusive=entry.exclusive,
-                    job_class=job_class,
-                    realtime=_realtime(kind, app, rate),
-                ),
-                app,
-                _wait(entry.app, scn),
-            )
-        )
-    gen = scn.workload.generator
-    if gen is not None:
-        rng = np.random.default_rng(scn.workload.seed)
-        weights = np.array([c.weight for c in gen.classes], dtype=float)
-        weights /= weights.sum()
-        t = gen.start_s
-        base = len(jobs)
-        waits = {id(c): _wait(c.app, scn) for c in gen.classes}
-        for k in range(gen.count):
-            if k:
-                t += rng.exponential(gen.mean_interarrival_s)
-            cls = gen.classes[int(rng.choice(len(gen.classes), p=weights))]
-            wait = waits[id(cls)]
-            d = gen.duration
-            if d.dist == "exponential":
-                dur = rng.exponential(d.mean_s)
-            elif d.dist == "erlang":
-                dur = rng.gamma(d.shape, d.mean_s / d.shape)
-            elif d.dist == "fixed":
-                dur = d.mean_s
-            else:  # "profile": the class's profile sets the length
-                dur = None
-            sizes = _profile_sizes(cls.app, gen.size.min, gen.size.max)
-            if sizes:
-                size = sizes[int(rng.integers(len(sizes)))]
-            else:
-                size = int(rng.integers(gen.size.min, gen.size.max + 1))
-            kind = kinds.get(cls.app.kind)
-            # A program that fixes its own process count (a pipeline's stages) keeps it; the draw above is
-            # made all the same, so the other classes' draws do not depend on which class came up.
-            size = kind.fixed_size(cls.app) or size
-            app = kind.resolve(cls.app)
-            if dur is None:
-                app = kind.with_profile_length(app, cls.app.profile, d.scale)
-            else:
-                app = kind.with_duration(app, dur, rate)
-            jobs.append(
-                Job(
-                    JobSpec(
-                        job_id=f"j{base + k}",
-                        size=size,
-                        submit_time=round(float(t), 6),
-                        estimate=kind.ideal_runtime(app, rate),
-                        memory_mb=cls.memory(size),
-                        job_class=cls.name,
-                        realtime=_realtime(kind, app, rate),
-                    ),
-                    app,
-                    wait,
-                )
-            )
-    if scn.workload.trace is not None:
-        jobs.extend(_replay(scn.workload.trace, scn.cluster.nodes, scn))
-    if scn.workload.divisible is not None:
-        from testbed.scenario.divisible import draw
-
-        drawn = draw(scn.workload.divisible, scn.cluster.nodes, scn.workload.seed)
-        jobs.extend(Job(j.spec, j.app, _wait(j.app, scn)) for j in drawn)
-    jobs = [_bind(j, rate) for j in jobs]
+    waits = _Waits(scn)
+    jobs = [*_explicit(scn, waits), *_generated(scn, waits), *_replayed(scn, waits), *_divisible(scn, waits)]
     jobs.sort(key=lambda j: (j.spec.submit_time, j.job_id))
     return jobs
 
 
-def _bind(job: Job, rate: float) -> Job:
-    """The job as its kind runs it once its arrival is known, with the spec fields the kind adds for the
-    policies (:meth:`ProgramKind.bind`: a deadline, a divisible load's costs)."""
-    app, fields = job.kind.bind(job.app, job.spec.submit_time, rate)
-    if app is job.app and not fields:
-        return job
-    return Job(dataclasses.replace(job.spec, **fields), app, job.wait)
+class _Waits:
+    """How a job's processes wait (paper 003, table 1): a coscheduling scheme ties the receive wait mode
+    to itself; a job keeps its own only where the scheduler allows it and the scenario set it explicitly;
+    the sender's wait for the NIC's acknowledgement is the scheduler's ("none" but under CC)."""
+
+    def __init__(self, scn: Scenario) -> None:
+        self.scn = scn
+        self.sched = registry.get(scn.scheduler.name)
+
+    def of(self, plan: JobPlan) -> WaitSpec:
+        mode, spin, explicit = plan.wait if plan.wait is not None else ("block", 300.0, False)
+        params = self.scn.scheduler.params
+        mode, spin = job_wait(self.sched, params, wait_mode=mode, spin_time_us=spin, explicit=explicit)
+        return WaitSpec(mode, spin, self.sched.send_wait)
 
 
-def _replay(tr, nodes: int, scn: Scenario) -> list[Job]:
-    """The trace's jobs (testbed/scenario/swf.py), arrivals from the first replayed job's, scaled; jobs
-    that did not
-    run (run time or processors unknown or 0) are left out."""
-    from testbed.scenario import swf
+def _job(spec: JobSpec, plan: JobPlan, waits: _Waits) -> Job:
+    """The job from what its source fixed (``spec``) and what its kind answered (``plan``)."""
+    realtime = None if plan.realtime is None else RealTime(*plan.realtime)
+    return Job(dataclasses.replace(spec, realtime=realtime, **plan.spec_fields), plan.app, waits.of(plan))
 
-    kind = kinds.get(tr.app.kind)
-    template = kind.resolve(tr.app)
-    wait = _wait(tr.app, scn)
+
+def _plan(cfg: AppConfig, submit: float, scn: Scenario, shape: Shape = Shape()) -> JobPlan:
+    return kinds.get(cfg.kind).plan(cfg, submit, scn.cluster.cpu_rate, shape)
+
+
+def _explicit(scn: Scenario, waits: _Waits) -> list[Job]:
+    out = []
+    for i, entry in enumerate(scn.workload.jobs):
+        plan = _plan(entry.app, entry.submit_s, scn)
+        spec = JobSpec(
+            job_id=entry.id or f"j{i}",
+            size=entry.size,
+            submit_time=entry.submit_s,
+            estimate=entry.estimate_s if entry.estimate_s is not None else plan.estimate,
+            memory_mb=entry.memory(),
+            exclusive=entry.exclusive,
+            job_class=entry.job_class or plan.job_class,
+        )
+        out.append(_job(spec, plan, waits))
+    return out
+
+
+def _generated(scn: Scenario, waits: _Waits) -> list[Job]:
+    """Poisson arrivals over the generator's classes; each job's length is drawn (or its program's own),
+    its size uniform (or among the sizes its program runs at)."""
+    gen = scn.workload.generator
+    if gen is None:
+        return []
+    rng = np.random.default_rng(scn.workload.seed)
+    weights = np.array([c.weight for c in gen.classes], dtype=float)
+    weights /= weights.sum()
+    choices = {
+        id(c): kinds.get(c.app.kind).size_choices(c.app, gen.size.min, gen.size.max) for c in gen.classes
+    }
+    out = []
+    t = gen.start_s
+    base = len(scn.workload.jobs)
+    for k in range(gen.count):
+        if k:
+            t += rng.exponential(gen.mean_interarrival_s)
+        cls = gen.classes[int(rng.choice(len(gen.classes), p=weights))]
+        shape = _draw_length(gen.duration, rng)
+        sizes = choices[id(cls)]
+        size = (
+            sizes[int(rng.integers(len(sizes)))]
+            if sizes
+            else int(rng.integers(gen.size.min, gen.size.max + 1))
+        )
+        submit = round(float(t), 6)
+        plan = _plan(cls.app, submit, scn, shape)
+        # A program that fixes its own process count (a pipeline's stages) keeps it; the draw above is
+        # made all the same, so the other classes' draws do not depend on which class came up.
+        size = plan.size or size
+        spec = JobSpec(
+            job_id=f"j{base + k}",
+            size=size,
+            submit_time=submit,
+            estimate=plan.estimate,
+            memory_mb=cls.memory(size),
+            job_class=cls.name,
+        )
+        out.append(_job(spec, plan, waits))
+    return out
+
+
+def _draw_length(d, rng) -> Shape:
+    if d.dist == "exponential":
+        return Shape(duration_s=rng.exponential(d.mean_s))
+    if d.dist == "erlang":
+        return Shape(duration_s=rng.gamma(d.shape, d.mean_s / d.shape))
+    if d.dist == "fixed":
+        return Shape(duration_s=d.mean_s)
+    return Shape(own_length_scale=d.scale)  # "profile": the class's program sets the length
+
+
+def _replayed(scn: Scenario, waits: _Waits) -> list[Job]:
+    """The trace's jobs (testbed/scenario/swf.py), arrivals from the first replayed job's, scaled; jobs that
+    did not run (run time or processors unknown or 0) are left out."""
+    tr = scn.workload.trace
+    if tr is None:
+        return []
+    nodes = scn.cluster.nodes
     out: list[Job] = []
     t0 = None
     usable = (j for j in swf.read(tr.path) if j.run > 0 and j.procs > 0)
@@ -157,20 +143,29 @@ def _replay(tr, nodes: int, scn: Scenario) -> list[Job]:
             break
         t0 = tj.submit if t0 is None else t0
         run = tj.run * tr.time_scale
-        steps = max(1, math.ceil(run / tr.step_s))
-        app = kind.with_work(template, run, steps)
+        submit = round((tj.submit - t0) * tr.time_scale * tr.arrival_scale, 6)
+        plan = _plan(tr.app, submit, scn, Shape(work=(run, max(1, math.ceil(run / tr.step_s)))))
         if tr.estimate == "requested" and tj.req_time is not None:
             estimate = tj.req_time * tr.time_scale
         elif tr.estimate == "none":
             estimate = None
         else:
-            estimate = kind.ideal_runtime(app, scn.cluster.cpu_rate)
+            estimate = plan.estimate
         spec = JobSpec(
             job_id=f"t{tj.job}",
             size=min(nodes, max(1, round(tj.procs * tr.size_scale))),
-            submit_time=round((tj.submit - t0) * tr.time_scale * tr.arrival_scale, 6),
+            submit_time=submit,
             estimate=estimate,
             job_class=tr.job_class,
         )
-        out.append(Job(spec, app, wait))
+        out.append(_job(spec, plan, waits))
     return out
+
+
+def _divisible(scn: Scenario, waits: _Waits) -> list[Job]:
+    """Paper 001's tasks: the policies size them themselves, so no estimate."""
+    gen = scn.workload.divisible
+    if gen is None:
+        return []
+    tasks = divisible.draw(gen, scn.cluster.nodes, scn.workload.seed)
+    return [_job(t.spec, _plan(t.app, t.spec.submit_time, scn), waits) for t in tasks]
