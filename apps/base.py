@@ -50,7 +50,7 @@ SEND_WAITS = ("none", *WAIT_MODES)
 class AppConfig(BaseModel):
     """Base of every kind's config model: frozen, unknown fields refused (errors name the field)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     kind: str
 

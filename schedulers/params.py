@@ -44,7 +44,7 @@ class PolicyParams(BaseModel):
     in the file, not something to coerce (an int is still a valid float). Unknown names are refused.
     """
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 def param(default: Any, description: str, *, noun: str | None = None, **bounds: Any) -> Any:

@@ -37,7 +37,6 @@ JOB_COLUMNS = [
 ]
 
 
-
 class FinalState(StrEnum):
     """A job's ``final_state`` in jobs.csv: Batsim's, plus REJECTED (admission control) and NOT_STARTED."""
 
@@ -255,7 +254,9 @@ class Tally:
             out.update({f"deadline_miss_ratio.{k}": d[0] / d[1] for k, d in sorted(due.items()) if d[1]})
         if self.rt:  # paper 000's figures: RT jobs turned away, BE jobs' mean response time
             rt_rows = [r for r in rows if r["job_id"] in self.rt]
-            out["rt_rejected_ratio"] = sum(r["final_state"] == FinalState.REJECTED for r in rt_rows) / len(rt_rows)
+            out["rt_rejected_ratio"] = sum(r["final_state"] == FinalState.REJECTED for r in rt_rows) / len(
+                rt_rows
+            )
             be = [
                 r["turnaround_time"]
                 for r in rows
@@ -308,9 +309,11 @@ def unplanned(rows: list[dict]) -> list[dict]:
 
 def unplanned_line(bad: dict) -> str:
     """One line for a job that did not end as planned: ``job io-a failed: <reason>``."""
-    state = {FinalState.FAILED: "failed", FinalState.KILLED: "was killed", FinalState.NOT_STARTED: "never started"}.get(
-        bad["state"], bad["state"]
-    )
+    state = {
+        FinalState.FAILED: "failed",
+        FinalState.KILLED: "was killed",
+        FinalState.NOT_STARTED: "never started",
+    }.get(bad["state"], bad["state"])
     return f"job {bad['job']} {state}" + (f": {bad['reason']}" if bad["reason"] else "")
 
 
@@ -515,7 +518,10 @@ def table(summaries: list[dict], title: str = "results"):
         ("jobs (finished/total)", lambda s: f"{s['jobs_by_state'].get(FinalState.COMPLETED, 0)}/{s['jobs']}"),
         (
             "failed / killed / rejected",
-            lambda s: "/".join(str(s["jobs_by_state"].get(k, 0)) for k in (FinalState.FAILED, FinalState.KILLED, FinalState.REJECTED)),
+            lambda s: "/".join(
+                str(s["jobs_by_state"].get(k, 0))
+                for k in (FinalState.FAILED, FinalState.KILLED, FinalState.REJECTED)
+            ),
         ),
         ("mean response time", lambda s: fmt(s["mean_response_time_s"], " s")),
         ("mean waiting time", lambda s: fmt(s["mean_waiting_time_s"], " s")),

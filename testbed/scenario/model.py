@@ -9,11 +9,13 @@ import difflib
 import itertools
 import json
 import re
+import stat
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -54,8 +56,41 @@ class ScenarioError(ValueError):
         return cls(f"{header}: {len(problems)} problems:\n  " + "\n  ".join(problems), problems)
 
 
+#: Seeds numpy's generators take (a negative one is refused, a huge one overflows a 64-bit draw).
+MAX_SEED = 2**63 - 1
+#: The longest name a scenario, job or variant may have: each names a folder or a file.
+MAX_NAME = 100
+_SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
+
+
+def _safe_name(v: str) -> str:
+    """A name that becomes part of a file's or a folder's name (a job's logs, a run's folder): no path
+    separator, no '..', no control character, bounded."""
+    if not _SAFE_NAME_RE.match(v) or len(v) > MAX_NAME:
+        shown = v if len(v) <= 40 else v[:40] + "..."
+        raise ValueError(
+            f"{shown!r} cannot name a file; use letters, digits and . _ + = - (up to {MAX_NAME} "
+            "characters, starting with a letter or digit)"
+        )
+    return v
+
+
+SafeName = Annotated[str, AfterValidator(_safe_name)]
+
+
+def _bounded_name(v: str) -> str:
+    """A scenario's name: shown in tables and turned into a results folder's name (runner.new_out keeps
+    its safe characters), so any text will do but a long one or one with control characters."""
+    if len(v) > MAX_NAME or any(ord(c) < 32 or ord(c) == 127 for c in v):
+        raise ValueError(f"{v[:40]!r}...: give a name of up to {MAX_NAME} printable characters")
+    return v
+
+
+BoundedName = Annotated[str, AfterValidator(_bounded_name)]
+
+
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class PowerModel(_Model):
@@ -200,7 +235,7 @@ def _default_app():
 
 
 class JobEntry(_Model):
-    id: str | None = None
+    id: SafeName | None = Field(None, description="names the job's log files: letters, digits, . _ + = -")
     submit_s: float = Field(0.0, ge=0, description="arrival, emulated seconds after start")
     size: int = Field(..., ge=1)
     job_class: str | None = None
@@ -303,7 +338,7 @@ class TraceReplay(_Model):
 
 
 class WorkloadConfig(_Model):
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="the random draws' seed (numpy takes 0..2^63-1 here)")
     jobs: list[JobEntry] = Field(default_factory=list)
     generator: PoissonGenerator | None = None
     trace: TraceReplay | None = None
@@ -318,10 +353,18 @@ class WorkloadConfig(_Model):
                 "no jobs: give workload.jobs (a list), workload.generator, workload.trace or "
                 "workload.divisible"
             )
-        ids = [j.id for j in self.jobs if j.id is not None]
-        dup = sorted({i for i in ids if ids.count(i) > 1})
+        # The ids as the workload names them (testbed/scenario/workload.py): an unnamed job is j<i>, a
+        # generated one j<jobs + k>; a given id may not take a name the workload gives another job.
+        ids = [j.id or f"j{i}" for i, j in enumerate(self.jobs)]
+        if self.generator is not None:
+            ids += [f"j{len(self.jobs) + k}" for k in range(self.generator.count)]
+        seen: set[str] = set()
+        dup = sorted({i for i in ids if i in seen or seen.add(i)})
         if dup:
-            raise ValueError(f"duplicate job id(s) {', '.join(dup)}; give every job its own id")
+            raise ValueError(
+                f"duplicate job id(s) {', '.join(dup[:5])}; give every job its own id (unnamed jobs are "
+                "j<position>, generated ones follow them)"
+            )
         return self
 
 
@@ -457,7 +500,7 @@ class SweepVariant(_Model):
 
 
 class Scenario(_Model):
-    name: str = "scenario"
+    name: BoundedName = "scenario"
     description: str = ""
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     clock: ClockConfig = Field(default_factory=ClockConfig)
@@ -571,6 +614,12 @@ def _fields_of(model: type[BaseModel], loc: tuple) -> list[str]:
     return sorted(getattr(cur, "model_fields", {}))
 
 
+#: The location part pydantic gives each member of a union (not a field the user wrote).
+_UNION_MEMBER = re.compile(
+    r"^(float|int|str|bool|none|(literal|list|dict|tuple|set)\[.*\]|function-\w+\[.*\]|constrained-\w+)$"
+)
+
+
 def _format_errors(exc: ValidationError) -> list[str]:
     lines = []
     kind_names = set(kinds.names())
@@ -589,7 +638,14 @@ def _format_errors(exc: ValidationError) -> list[str]:
                 )
             )
         )
+        # A value that fits no member of a union (a number or 'auto') gets an error per member, each with
+        # the member's type in its location: one field, so one line.
+        while loc and isinstance(loc[-1], str) and _UNION_MEMBER.match(loc[-1]):
+            loc = loc[:-1]
         where = ".".join(str(p) for p in loc) or "(top level)"
+        if lines and lines[-1].startswith(f"{where}: ") and len(loc) < len(raw):
+            lines[-1] += f"; or {err['msg'].removeprefix('Value error, ')}"
+            continue
         if err["type"] == "union_tag_invalid":
             known = ", ".join(kinds.names())
             tag = err["ctx"]["tag"]
@@ -620,9 +676,12 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not path:
         raise ScenarioError(f"--set {text!r}: empty key; e.g. --set workload.seed=7")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"--set {key}: value {raw!r} is not valid YAML ({_yaml_problem(exc)})") from None
+        shown = raw if len(raw) <= 60 else raw[:60] + "..."
+        raise ScenarioError(
+            f"--set {key}: value {shown!r} is not valid YAML ({_yaml_problem(exc)})"
+        ) from None
     return path, value
 
 
@@ -656,11 +715,58 @@ def _yaml_problem(exc: Exception) -> str:
     problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or getattr(exc, "context", None)
     mark = getattr(exc, "problem_mark", None)
     if problem is None:
-        problem = f"{type(exc).__name__}: {exc}"
+        problem = str(exc) if type(exc) is yaml.YAMLError else f"{type(exc).__name__}: {exc}"
     at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     if mark is None and getattr(exc, "position", None) is not None:
         at = f" at character {exc.position}"
     return " ".join(f"{problem}{at}".split())
+
+
+#: The largest scenario file read (a 10,000-job explicit workload is about 0.7 MB): anything bigger is a
+#: mistake, and parsing it would take minutes.
+MAX_SCENARIO_BYTES = 4 * 2**20
+#: YAML aliases (``*name``) allowed in one document: enough to reuse a few sections, too few for an alias
+#: bomb (nested aliases that expand to billions of nodes once anything walks the document).
+MAX_ALIASES = 16
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing duplicate keys (the last would silently win) and more than
+    :data:`MAX_ALIASES` aliases."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                mark = self.peek_event().start_mark
+                raise yaml.YAMLError(
+                    f"more than {MAX_ALIASES} aliases (*name) at line {mark.line + 1}; write the sections out"
+                )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                first = seen.get(key)
+                seen[key] = line
+            except TypeError:
+                continue  # an unhashable key: construct_mapping says so below
+            if first is not None:
+                where = f"line {line}" if first == line else f"lines {first} and {line}"
+                raise yaml.YAMLError(f"duplicate key {key!r} at {where}; keep one")
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(text: str):
+    """One YAML document, read strictly (:class:`_StrictLoader`)."""
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 def read_doc(p: Path) -> dict:
@@ -671,6 +777,14 @@ def read_doc(p: Path) -> dict:
         inside = sorted(q.name for q in p.glob("*.yaml"))[:5]
         hint = f" (it holds {', '.join(inside)})" if inside else ""
         raise ScenarioError(f"scenario file {p} is a directory; give a YAML file{hint}")
+    st = p.stat()
+    if not stat.S_ISREG(st.st_mode):
+        raise ScenarioError(f"scenario file {p} is not a regular file (a device or a pipe); give a YAML file")
+    if st.st_size > MAX_SCENARIO_BYTES:
+        raise ScenarioError(
+            f"scenario file {p} is {st.st_size / 2**20:.1f} MiB, over the {MAX_SCENARIO_BYTES // 2**20} MiB "
+            "a scenario may have; generate large workloads (workload.generator, workload.trace)"
+        )
     try:
         text = p.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -681,7 +795,7 @@ def read_doc(p: Path) -> dict:
     except OSError as exc:
         raise ScenarioError(f"{p}: cannot read it: {exc.strerror or exc}") from None
     try:
-        doc = yaml.safe_load(text)
+        doc = load_yaml(text)
     except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
         # ValueError: a scalar YAML resolves but Python refuses (a date such as 2024-13-01).
         raise ScenarioError(f"{p}: not valid YAML: {_yaml_problem(exc)}") from None

@@ -1,0 +1,160 @@
+"""Bad input is refused by the scenario's loader as one ScenarioError line, never as another exception
+(issue 19, Deliver 1-2): every numeric field of every section and program kind given an infinite,
+NaN, negative, huge, textual or boolean value; names that would become paths; seeds numpy refuses; YAML
+that repeats a key or expands aliases without end; files that are not files or are too big."""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed.scenario import ScenarioError, load
+from testbed.scenario.model import MAX_ALIASES, MAX_SCENARIO_BYTES, apply_override
+
+# Every section that has numbers, and every program kind, filled in once.
+BASE = {
+    "name": "bounds",
+    "cluster": {"nodes": 4, "power": {}, "network": {"latency_us": 50, "bandwidth_mbps": 100}},
+    "clock": {"tdf": 2.0},
+    "scheduler": {"name": "gang", "params": {"mpl": 2, "quantum_ms": 50}},
+    "workload": {
+        "seed": 3,
+        "jobs": [
+            {"id": "syn", "size": 2, "estimate_s": 1.0, "app": {"iterations": 3, "gcomp": 5, "gio": 1}},
+            {"id": "vis", "size": 2, "app": {"kind": "vision", "stages": ["decode", "edges"]}},
+            {"id": "div", "size": 2, "app": {"kind": "divisible", "sigma": 10, "deadline_s": 100}},
+        ],
+        "generator": {
+            "count": 3,
+            "mean_interarrival_s": 1.0,
+            "duration": {"dist": "erlang", "mean_s": 1.0, "shape": 2},
+            "size": {"min": 1, "max": 2},
+            "classes": [{"name": "c", "weight": 1.0, "app": {"gcomp": 2}}],
+        },
+        "divisible": {"arrivals": 2, "load": 0.5},
+    },
+    "faults": {"script": [{"at_s": 1.0, "node": 1, "kind": "down"}]},
+    "duration_s": 100.0,
+}
+BAD = (math.inf, -math.inf, math.nan, -1, 1e300, "x", True)
+
+
+def _numeric_paths(doc, path=()):
+    """Every path to a number in ``doc`` (the scenario with every default filled in)."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _numeric_paths(v, (*path, str(k)))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _numeric_paths(v, (*path, str(i)))
+    elif isinstance(doc, int | float) and not isinstance(doc, bool):
+        yield path
+
+
+def test_every_numeric_field_refuses_what_it_cannot_take_as_one_line():
+    full = load(doc=BASE).model_dump(mode="json")
+    paths = list(_numeric_paths(full))
+    assert len(paths) > 60  # the walk reached the kinds' and sections' fields, not just a few
+    refused = accepted = 0
+    for path in paths:
+        for value in BAD:
+            doc = copy.deepcopy(full)
+            apply_override(doc, list(path), value)
+            try:
+                load(doc=doc)
+            except ScenarioError as exc:
+                assert "\n" not in str(exc), (path, value, str(exc))
+                refused += 1
+                continue
+            # Accepted: then it was a finite number in range (nothing infinite or NaN gets through).
+            assert isinstance(value, int | float) and math.isfinite(value), (path, value)
+            accepted += 1
+    assert refused > accepted > 0
+
+
+@pytest.mark.parametrize("value", ["", "../x", "a/b", "a\nb", "nul\x00", ".hidden", "x" * 101])
+def test_a_job_id_must_be_usable_as_a_file_name(value):
+    doc = copy.deepcopy(BASE)
+    doc["workload"]["jobs"][0]["id"] = value
+    with pytest.raises(ScenarioError, match=r"workload\.jobs\.0\.id: .*cannot name a file"):
+        load(doc=doc)
+
+
+def test_a_given_id_cannot_take_a_name_the_workload_gives_another_job():
+    doc = copy.deepcopy(BASE)
+    doc["workload"]["jobs"] = [{"size": 1}, {"id": "j0", "size": 1}]  # the first is j0 too
+    with pytest.raises(ScenarioError, match="duplicate job id.*j0"):
+        load(doc=doc)
+    doc["workload"]["jobs"] = [{"id": "j4", "size": 1}]  # the generator's jobs are j1, j2, j3
+    assert load(doc=doc)
+    doc["workload"]["jobs"] = [{"id": "j2", "size": 1}]
+    with pytest.raises(ScenarioError, match="duplicate job id.*j2"):
+        load(doc=doc)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**63, 2**64])
+def test_a_seed_numpy_cannot_take_is_refused(seed):
+    doc = copy.deepcopy(BASE)
+    doc["workload"]["seed"] = seed
+    with pytest.raises(ScenarioError, match="workload.seed"):
+        load(doc=doc)
+
+
+def test_a_name_is_bounded():
+    doc = copy.deepcopy(BASE)
+    doc["name"] = "n" * 300
+    with pytest.raises(ScenarioError, match="name: .*up to 100 printable characters"):
+        load(doc=doc)
+    doc["name"] = "my scenario (v2)"  # any printable text: the results folder keeps its safe characters
+    assert load(doc=doc).name == "my scenario (v2)"
+
+
+def test_duplicate_keys_are_refused_naming_their_lines(tmp_path):
+    f = tmp_path / "dup.yaml"
+    text = yaml.safe_dump(BASE, sort_keys=False) + "scheduler: {name: batch}\n"
+    f.write_text(text)
+    with pytest.raises(ScenarioError, match=r"duplicate key 'scheduler' at lines \d+ and \d+"):
+        load(f)
+    with pytest.raises(ScenarioError, match="duplicate key 'mpl'"):
+        load(doc=BASE, overrides=["scheduler.params={mpl: 2, mpl: 3}"])
+
+
+def test_an_alias_bomb_is_refused_at_once(tmp_path):
+    lines = ["name: b", "workload: {jobs: [{size: 1}]}", "scheduler:", "  name: gang", "  params:"]
+    lines.append('    a: &a ["x","x","x","x","x","x","x","x","x"]')
+    for prev, cur in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"    {cur}: &{cur} [" + ",".join([f"*{prev}"] * 9) + "]")
+    f = tmp_path / "bomb.yaml"
+    f.write_text("\n".join(lines) + "\n")
+    t = time.monotonic()
+    with pytest.raises(ScenarioError, match=f"more than {MAX_ALIASES} aliases"):
+        load(f)
+    with pytest.raises(ScenarioError, match=f"more than {MAX_ALIASES} aliases"):
+        load(doc=BASE, overrides=["sweep=" + "{" + ", ".join(lines[5:]).replace("    ", "") + "}"])
+    assert time.monotonic() - t < 5
+
+
+def test_what_is_not_a_regular_file_or_too_big_is_refused_unread(tmp_path):
+    with pytest.raises(ScenarioError, match="not a regular file"):
+        load(Path("/dev/zero"))
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ScenarioError, match="not a regular file"):
+        load(fifo)  # opening it would block for ever
+    big = tmp_path / "big.yaml"
+    with open(big, "wb") as fh:
+        fh.truncate(MAX_SCENARIO_BYTES + 1)
+    with pytest.raises(ScenarioError, match="MiB, over the 4 MiB"):
+        load(big)
+
+
+def test_a_bad_set_value_is_shown_bounded():
+    with pytest.raises(ScenarioError) as exc:
+        load(doc=BASE, overrides=["name=[" + "x" * 5000])
+    assert len(str(exc.value)) < 300
