@@ -14,11 +14,15 @@ energy is integrated over emulated time, like the summary's E = (B + X*U)*N*T.
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import math
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from testbed.apps.reports import DEADLINES_MET, DEADLINES_MISSED, FRAME_LATENCY
+
+log = logging.getLogger("testbed")
 
 # The *_created series double every counter's size and nothing here reads them.
 disable_created_metrics()
@@ -324,7 +328,23 @@ def serve(registry: CollectorRegistry, host: str = "127.0.0.1", port: int | None
             f"monitoring: cannot serve metrics on {host}:{port or 0} ({exc.strerror or exc}); every exporter "
             "binds monitoring.port when it is set: on one host leave it null (any free port)"
         ) from None
+    if beyond_loopback(host):
+        # The metrics carry no secret, but anyone who reaches the port reads the run: say so.
+        log.warning(
+            "monitoring: an exporter listens on %s:%s, beyond loopback: every host that reaches it can read "
+            "this run's metrics",
+            host,
+            server.server_port,
+        )
     return server, f"{host}:{server.server_port}"
+
+
+def beyond_loopback(host: str) -> bool:
+    """True when an address is reachable from other hosts (0.0.0.0, a routable address, a host name)."""
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host != "localhost"
 
 
 def stop(server) -> None:

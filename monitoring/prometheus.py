@@ -134,7 +134,6 @@ class LocalPrometheus:
                     f"--config.file={self.dir / 'prometheus.yml'}",
                     f"--storage.tsdb.path={self.dir / 'data'}",
                     f"--web.listen-address={self.host}:{self.port}",
-                    "--web.enable-lifecycle",
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,

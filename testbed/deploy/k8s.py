@@ -113,10 +113,11 @@ def _container(name: str, image: str, resources: dict, ports: list[dict]) -> dic
     }
 
 
-def _pod_template(labels: dict, container: dict) -> dict:
+def _pod_template(labels: dict, container: dict, restart: str | None = None) -> dict:
     return {
         "metadata": {"labels": labels},
         "spec": {
+            **({"restartPolicy": restart} if restart else {}),
             "containers": [container],
             "volumes": [
                 {"name": "scenario", "configMap": {"name": "testbed-scenario"}},
@@ -137,7 +138,6 @@ def rayjob(name: str, scn: dict, image: str, head_node: bool = False) -> dict:
     metrics = {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}
     head_ports = [
         {"name": "gcs-server", "containerPort": 6379},
-        {"name": "dashboard", "containerPort": 8265},
         {"name": "client", "containerPort": 10001},
         metrics,
     ]
@@ -151,15 +151,19 @@ def rayjob(name: str, scn: dict, image: str, head_node: bool = False) -> dict:
         "metadata": {"name": f"testbed-{name}", "labels": labels},
         "spec": {
             "entrypoint": f"testbed run {MOUNT}/scenario.yaml --out {RESULTS}/{name}",
-            "submissionMode": "K8sJobMode",
+            # The submitter runs beside the head, in its pod, and reaches the dashboard on the pod's loopback:
+            # the dashboard's job API runs code, so it listens nowhere else (K8sJobMode's submitter pod would
+            # need it on the pod's address).
+            "submissionMode": "SidecarMode",
             "shutdownAfterJobFinishes": True,
             "ttlSecondsAfterFinished": 3600,
             "rayClusterSpec": {
                 "rayVersion": RAY_VERSION,
                 "headGroupSpec": {
                     "serviceType": "ClusterIP",
-                    "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
-                    "template": _pod_template(labels, head),
+                    "rayStartParams": {"num-cpus": "0", "dashboard-host": "127.0.0.1"},
+                    # SidecarMode ties the submitter to the head pod, which therefore must not restart.
+                    "template": _pod_template(labels, head, restart="Never"),
                 },
                 "workerGroupSpecs": [
                     {
