@@ -17,6 +17,7 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -485,18 +486,16 @@ class SweepVariant(_Model):
     """One variant of a sweep: the base scenario with ``set`` (dotted key -> value) applied exactly like
     ``--set`` overrides. The expansion, checks and comparison live in :mod:`testbed.scenario.sweep`."""
 
-    name: str = Field(..., description="the variant's results folder and its row in comparison.csv")
-    set: dict[str, Any] = Field(..., description="dotted key -> value, e.g. scheduler.name")
+    name: Annotated[str, AfterValidator(check_name)] = Field(
+        ..., description="the variant's results folder and its row in comparison.csv"
+    )
+    set: Annotated[dict[str, Any], AfterValidator(check_keys)] = Field(
+        ..., description="dotted key -> value, e.g. scheduler.name"
+    )
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v):
-        return check_name(v)
 
-    @field_validator("set")
-    @classmethod
-    def _keys(cls, v):
-        return check_keys(v)
+#: A scenario's sweep: a grid is expanded into named variants first, then the names are checked.
+Sweep = Annotated[list[SweepVariant] | None, BeforeValidator(normalize), AfterValidator(check_variants)]
 
 
 class Scenario(_Model):
@@ -513,21 +512,13 @@ class Scenario(_Model):
     repetitions: int = Field(1, ge=1, le=1000)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     faults: FaultsConfig = Field(default_factory=FaultsConfig)
-    sweep: list[SweepVariant] | None = Field(
+    sweep: Annotated[
+        list[SweepVariant] | None, BeforeValidator(normalize), AfterValidator(check_variants)
+    ] = Field(
         None,
         description="variants run on the same workload and compared (testbed.scenario.sweep): a list of "
         "{name, set: {dotted.key: value}} or a grid {dotted.key: [values]} (cartesian product)",
     )
-
-    @field_validator("sweep", mode="before")
-    @classmethod
-    def _sweep_grid(cls, v):
-        return normalize(v)
-
-    @field_validator("sweep")
-    @classmethod
-    def _sweep_names(cls, v):
-        return check_variants(v)
 
     @model_validator(mode="after")
     def _sizes(self):
@@ -620,6 +611,10 @@ _UNION_MEMBER = re.compile(
 )
 
 
+#: Errors about a field's name, whose location's last part is the name the user wrote.
+_FIELD_ERRORS = ("extra_forbidden", "missing")
+
+
 def _format_errors(exc: ValidationError) -> list[str]:
     lines = []
     kind_names = set(kinds.names())
@@ -640,7 +635,7 @@ def _format_errors(exc: ValidationError) -> list[str]:
         )
         # A value that fits no member of a union (a number or 'auto') gets an error per member, each with
         # the member's type in its location: one field, so one line.
-        while loc and isinstance(loc[-1], str) and _UNION_MEMBER.match(loc[-1]):
+        while len(loc) > 1 and err["type"] not in _FIELD_ERRORS and _UNION_MEMBER.match(str(loc[-1])):
             loc = loc[:-1]
         where = ".".join(str(p) for p in loc) or "(top level)"
         if lines and lines[-1].startswith(f"{where}: ") and len(loc) < len(raw):
