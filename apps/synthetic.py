@@ -75,12 +75,17 @@ def pattern_plan(pattern: str, rank: int, size: int) -> tuple[bool, tuple[int, .
     raise ValueError(f"pattern {pattern!r} has no point-to-point plan; use one of {', '.join(PATTERNS[1:])}")
 
 
+#: The most rounds a job may have: each is several events in the simulator and a barrier on real nodes,
+#: and 10 million already is weeks of emulated time at the shortest round.
+MAX_ITERATIONS = 10_000_000
+
+
 class SyntheticConfig(MessagingConfig):
     """gcomp is in work units (1 unit = 1 ms of the worker thread's own CPU time at rate 1.0); each gio
     write takes at least io_time_ms emulated."""
 
     kind: Literal["synthetic"] = "synthetic"
-    iterations: int = Field(10, ge=1, description="compute / I/O / communication rounds")
+    iterations: int = Field(10, ge=1, le=MAX_ITERATIONS, description="compute / I/O / communication rounds")
     gcomp: float = Field(100.0, ge=0, description="work units of CPU per iteration (1 unit = 1 ms at rate 1)")
     gio: int = Field(0, ge=0, description="real file writes per iteration")
     io_bytes: int = Field(8193, ge=1, description="bytes per write")

@@ -65,7 +65,9 @@ class VisionConfig(MessagingConfig):
     )
     period_ms: float = Field(1000.0 / 30, gt=0, description="d: one frame every period_ms emulated ms")
     buffer: int = Field(10, description="b: frames the display buffers (frame k is due b*d after release)")
-    frames: int = Field(90, ge=1, description="frames the job processes (its length is about frames * d)")
+    frames: int = Field(
+        90, ge=1, le=1_000_000, description="frames the job processes (its length is about frames * d)"
+    )
     width: int = Field(160, ge=16, le=4096, description="frame width in pixels")
     height: int = Field(120, ge=16, le=4096, description="frame height in pixels")
     max_wait_s: float | None = Field(

@@ -57,6 +57,9 @@ class ScenarioError(ValueError):
         return cls(f"{header}: {len(problems)} problems:\n  " + "\n  ".join(problems), problems)
 
 
+#: The slowest node: 1/1000 of a core. Below it every operation's emulated time explodes (a rate of 1e-9
+#: kept the simulator busy for hours) and no CFS quota can express it.
+MIN_CPU_RATE = 0.001
 #: Seeds numpy's generators take (a negative one is refused, a huge one overflows a 64-bit draw).
 MAX_SEED = 2**63 - 1
 #: The longest name a scenario, job or variant may have: each names a folder or a file.
@@ -111,7 +114,9 @@ class NetworkConfig(_Model):
 class ClusterConfig(_Model):
     nodes: int = Field(16, ge=1, le=4096)
     cores_per_node: int = Field(1, ge=1, le=64)
-    cpu_rate: float = Field(1.0, gt=0, le=1.0, description="node CPU speed as a fraction of one host core")
+    cpu_rate: float = Field(
+        1.0, ge=MIN_CPU_RATE, le=1.0, description="node CPU speed as a fraction of one host core"
+    )
     envelope: Literal["auto", "cgroup", "cgroup-v1", "cgroup-v2", "docker", "pod", "none"] = "auto"
     cfs_period_ms: float = Field(
         100.0,
@@ -329,7 +334,9 @@ class TraceReplay(_Model):
     size_scale: float = Field(
         1.0, gt=0, description="multiplies each job's processors (at least 1, at most the cluster)"
     )
-    step_s: float = Field(60.0, gt=0, description="emulated seconds of compute per iteration, at most")
+    step_s: float = Field(
+        60.0, ge=0.001, description="emulated seconds of compute per iteration, at most (1 ms: a work unit)"
+    )
     estimate: Literal["requested", "runtime", "none"] = Field(
         "requested",
         description="what backfilling is told: the user's requested time, the real run time, or nothing",
