@@ -47,9 +47,9 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from .base import GlobalAction, GlobalPolicy, JobSpec, Reject, RunAll, Scheduler, Start
 from .params import param
@@ -353,10 +353,13 @@ class DivisibleGlobal(GlobalPolicy):
     sizing: ClassVar[str] = "min"
     admission: ClassVar[bool] = True
 
-    def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    params: MemoryAwareParams  # AnnaParams for AN and ANNA
+
+    def __init__(self, nodes: int, params: MemoryAwareParams, seed: int = 0) -> None:
         super().__init__(nodes, params, seed)
-        # AN / ANNA's reading of "all nodes" (AnnaParams); MN and MCDF have no such parameter.
-        self.every = params.get("all_nodes", "fastest") == "every"
+        # AN / ANNA's reading of "all nodes" (AnnaParams); MN and MCDF have no such parameter (read by name,
+        # as a scheduler declared with a plain defaults dict may have it without being an AnnaParams).
+        self.every = getattr(self.params, "all_nodes", "fastest") == "every"
         self.tasks: dict[str, Task] = {}
         self.plan: dict[str, Placement] = {}  # admitted, not started: their planned start and nodes
         self.queue: list[str] = []  # ANNA: accepted, not started, in arrival order
