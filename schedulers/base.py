@@ -55,11 +55,35 @@ class RealTime:
 
 
 @dataclass(frozen=True)
+class DivisibleLoad:
+    """What a divisible-load task of paper 001 tells its policies (docs/policies.md, "Divisible load"): the
+    task T = (A, sigma, D) (A is the job's ``submit_time``) and its costs. ``data_size`` (sigma) units of
+    data are sent by a head one chunk after another at ``cms`` emulated s per unit (plus ``setup_link`` per
+    chunk) and computed at ``cps`` s of CPU per unit (plus ``setup_compute`` per node). Filled by the
+    program kind (``ProgramKind.bind``, apps/divisible.py) when the workload is built.
+
+    The deadline is here, not in :class:`JobSpec`: D is part of the task, only paper 001's policies read
+    it, and the other papers' deadlines are of another kind (paper 000's are per frame: :class:`RealTime`).
+    """
+
+    data_size: float  # sigma: units of data
+    cms: float  # emulated s to send one unit over a link
+    cps: float  # emulated s of CPU to compute one unit
+    #: Relative deadline D: the task should end by ``submit_time + deadline``; None = no deadline (the
+    #: policies turn such a task away).
+    deadline: float | None = None
+    setup_link: float = 0.0  # ST: emulated s per chunk sent
+    setup_compute: float = 0.0  # SC: emulated s per node's computation
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """A job as the policies see it. Times are emulated seconds.
 
     The optional fields after ``job_class`` describe what some policies need of a job and others ignore;
-    a program kind fills them when the workload is built (``ProgramKind.spec_fields``)."""
+    the program kind fills them when the workload is built (``ProgramKind.realtime`` for ``realtime``,
+    ``ProgramKind.bind`` for the others). What only one paper's policies read is grouped in an object of
+    its own (``realtime``, ``divisible``), so the fields every policy shares stay few."""
 
     job_id: str
     size: int  # number of processes; one per node on uniprocessor nodes (the most, when moldable)
@@ -68,21 +92,14 @@ class JobSpec:
     memory_mb: float = 0.0
     exclusive: bool = False  # never share a quantum with another job (paired gang)
     job_class: str = "compute"
-    #: A real-time job's period, buffer and per-rank work; None for a best-effort job.
+    #: A real-time job's period, buffer and per-rank work (paper 000); None for a best-effort job.
     realtime: RealTime | None = None
-    #: Relative deadline D: the job should end by ``submit_time + deadline``; None = no deadline.
-    deadline: float | None = None
     #: The policy chooses how many nodes the job gets, 1..``size`` (a divisible load), instead of exactly
-    #: ``size``.
+    #: ``size``. Not in :class:`DivisibleLoad`: the decision core checks every policy's Start against it,
+    #: and a job of any kind whose process count is settled at its start may be moldable.
     moldable: bool = False
-    # A divisible load (docs/policies.md, "Divisible load"): sigma units of data, sent by a head one chunk
-    # after another at ``cms`` emulated s per unit (plus ``setup_link`` per chunk), computed at ``cps`` s of
-    # CPU per unit (plus ``setup_compute`` per node). None = not a divisible load.
-    data_size: float | None = None
-    cms: float | None = None
-    cps: float | None = None
-    setup_link: float = 0.0
-    setup_compute: float = 0.0
+    #: A divisible-load task's data, costs and deadline (paper 001); None = not a divisible load.
+    divisible: DivisibleLoad | None = None
 
 
 @dataclass(frozen=True, order=True)

@@ -201,9 +201,10 @@ def cost_derivative(load: Load, n: int, nodes: int) -> float:
 
 def load_of(spec: JobSpec) -> Load | None:
     """A job's divisible load from its spec, or None if it is not one."""
-    if spec.data_size is None or spec.cms is None or spec.cps is None:
+    d = spec.divisible
+    if d is None:
         return None
-    return Load(spec.data_size, spec.cms, spec.cps, spec.setup_link, spec.setup_compute)
+    return Load(d.data_size, d.cms, d.cps, d.setup_link, d.setup_compute)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -381,7 +382,8 @@ class DivisibleGlobal(GlobalPolicy):
         load = load_of(job)
         if load is None:
             return [Reject(job.job_id, f"job {job.job_id} is not a divisible-load task (no data size)")]
-        if job.deadline is None:
+        deadline = job.divisible.deadline
+        if deadline is None:
             return [Reject(job.job_id, f"job {job.job_id} has no deadline; divisible-load tasks need one")]
         too_big = self.mem.never_fits(job)
         if too_big:
@@ -389,15 +391,15 @@ class DivisibleGlobal(GlobalPolicy):
         up = self.nodes - len(self.down)
         self._seq += 1
         cap = max(1, min(self.nodes, job.size))
-        task = Task(job.job_id, job.submit_time, job.submit_time + job.deadline, load, cap, self._seq)
+        task = Task(job.job_id, job.submit_time, job.submit_time + deadline, load, cap, self._seq)
         best = min(up, task.fast)
-        if best < 1 or not _fits(task.e(best), job.deadline):
+        if best < 1 or not _fits(task.e(best), deadline):
             shortest = f"{task.e(best):.6g} s on {best} node(s)" if best >= 1 else "none: no node is up"
             return [
                 Reject(
                     job.job_id,
                     f"task {job.job_id} can never meet its deadline: its shortest execution ({shortest}) "
-                    f"is longer than its deadline D = {job.deadline:.6g} s",
+                    f"is longer than its deadline D = {deadline:.6g} s",
                 )
             ]
         if not self.admission:
