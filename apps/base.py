@@ -312,8 +312,9 @@ class ProgramKind:
         cls, cfg: AppConfig, submit_time: float, cpu_rate: float = 1.0
     ) -> tuple[AppConfig, dict[str, Any]]:
         """The config one job runs with once its arrival and the nodes' CPU rate are known, and the optional
-        :class:`~testbed.schedulers.base.JobSpec` fields the policies need of it (a deadline, a divisible
-        load's costs), as keyword arguments. Called once per job when the workload is built."""
+        :class:`~testbed.schedulers.base.JobSpec` fields the policies need of it (``moldable``, a divisible
+        load's data, costs and deadline), as keyword arguments. Called once per job when the workload is
+        built."""
         return cfg, {}
 
     @classmethod

@@ -151,16 +151,18 @@ class Divisible(ProgramKind):
 
     @classmethod
     def bind(cls, cfg: DivisibleConfig, submit_time: float, cpu_rate: float = 1.0) -> tuple[Any, dict]:
+        from testbed.schedulers.base import DivisibleLoad
+
         app = cfg.model_copy(update={"arrival_s": float(submit_time), "cpu_rate": float(cpu_rate)})
-        return app, {
-            "deadline": cfg.deadline_s,
-            "moldable": True,
-            "data_size": cfg.sigma,
-            "cms": cfg.cms,
-            "cps": cfg.cps,
-            "setup_link": cfg.setup_link,
-            "setup_compute": cfg.setup_compute,
-        }
+        task = DivisibleLoad(
+            data_size=cfg.sigma,
+            cms=cfg.cms,
+            cps=cfg.cps,
+            deadline=cfg.deadline_s,
+            setup_link=cfg.setup_link,
+            setup_compute=cfg.setup_compute,
+        )
+        return app, {"moldable": True, "divisible": task}
 
     @classmethod
     def ideal_runtime(cls, cfg: DivisibleConfig, cpu_rate: float = 1.0) -> float:

@@ -55,11 +55,35 @@ class RealTime:
 
 
 @dataclass(frozen=True)
+class DivisibleLoad:
+    """What a divisible-load task of paper 001 tells its policies (docs/policies.md, "Divisible load"): the
+    task T = (A, sigma, D) (A is the job's ``submit_time``) and its costs. ``data_size`` (sigma) units of
+    data are sent by a head one chunk after another at ``cms`` emulated s per unit (plus ``setup_link`` per
+    chunk) and computed at ``cps`` s of CPU per unit (plus ``setup_compute`` per node). Filled by the
+    program kind (``ProgramKind.bind``, apps/divisible.py) when the workload is built.
+
+    The deadline is here, not in :class:`JobSpec`: D is part of the task, only paper 001's policies read
+    it, and the other papers' deadlines are of another kind (paper 000's are per frame: :class:`RealTime`).
+    """
+
+    data_size: float  # sigma: units of data
+    cms: float  # emulated s to send one unit over a link
+    cps: float  # emulated s of CPU to compute one unit
+    #: Relative deadline D: the task should end by ``submit_time + deadline``; None = no deadline (the
+    #: policies turn such a task away).
+    deadline: float | None = None
+    setup_link: float = 0.0  # ST: emulated s per chunk sent
+    setup_compute: float = 0.0  # SC: emulated s per node's computation
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """A job as the policies see it. Times are emulated seconds.
 
     The optional fields after ``job_class`` describe what some policies need of a job and others ignore;
-    a program kind fills them when the workload is built (``ProgramKind.spec_fields``)."""
+    the program kind fills them when the workload is built (``ProgramKind.realtime`` for ``realtime``,
+    ``ProgramKind.bind`` for the others). What only one paper's policies read is grouped in an object of
+    its own (``realtime``, ``divisible``), so the fields every policy shares stay few."""
 
     job_id: str
     size: int  # number of processes; one per node on uniprocessor nodes (the most, when moldable)
@@ -68,21 +92,14 @@ class JobSpec:
     memory_mb: float = 0.0
     exclusive: bool = False  # never share a quantum with another job (paired gang)
     job_class: str = "compute"
-    #: A real-time job's period, buffer and per-rank work; None for a best-effort job.
+    #: A real-time job's period, buffer and per-rank work (paper 000); None for a best-effort job.
     realtime: RealTime | None = None
-    #: Relative deadline D: the job should end by ``submit_time + deadline``; None = no deadline.
-    deadline: float | None = None
     #: The policy chooses how many nodes the job gets, 1..``size`` (a divisible load), instead of exactly
-    #: ``size``.
+    #: ``size``. Not in :class:`DivisibleLoad`: the decision core checks every policy's Start against it,
+    #: and a job of any kind whose process count is settled at its start may be moldable.
     moldable: bool = False
-    # A divisible load (docs/policies.md, "Divisible load"): sigma units of data, sent by a head one chunk
-    # after another at ``cms`` emulated s per unit (plus ``setup_link`` per chunk), computed at ``cps`` s of
-    # CPU per unit (plus ``setup_compute`` per node). None = not a divisible load.
-    data_size: float | None = None
-    cms: float | None = None
-    cps: float | None = None
-    setup_link: float = 0.0
-    setup_compute: float = 0.0
+    #: A divisible-load task's data, costs and deadline (paper 001); None = not a divisible load.
+    divisible: DivisibleLoad | None = None
 
 
 @dataclass(frozen=True, order=True)
@@ -177,9 +194,14 @@ class GlobalPolicy(ABC):
     #: through :meth:`set_node_memory` right after construction, before the first job arrives.
     node_memory_mb: float | None = None
 
-    def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    #: The scheduler's validated parameters, an instance of its ``Params`` model
+    #: (:meth:`Scheduler.make_global`); a policy narrows the annotation to the model it reads
+    #: (``params: GangParams``) and reads attributes (``self.params.quantum_ms``).
+    params: PolicyParams
+
+    def __init__(self, nodes: int, params: PolicyParams | Mapping[str, Any], seed: int = 0) -> None:
         self.nodes = nodes
-        self.params = dict(params)
+        self.params = _params.given(params)
         self.seed = seed
         #: Nodes that are down now (:meth:`node_down`); a policy must not place a job on one.
         self.down: set[int] = set()
@@ -359,9 +381,12 @@ class LocalPolicy(ABC):
     #: something next happens there (1,000 idle nodes need not each decide at every quantum).
     slot_start_keeps_latest_only: ClassVar[bool] = False
 
-    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    #: The scheduler's validated parameters (:attr:`GlobalPolicy.params`).
+    params: PolicyParams
+
+    def __init__(self, node: int, params: PolicyParams | Mapping[str, Any], seed: int = 0) -> None:
         self.node = node
-        self.params = dict(params)
+        self.params = _params.given(params)
         self.seed = seed
 
     @abstractmethod
@@ -371,7 +396,7 @@ class LocalPolicy(ABC):
 class RunAll(LocalPolicy):
     """Every process of the node may run; the OS scheduler shares the CPU (native local scheduling)."""
 
-    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    def __init__(self, node: int, params: PolicyParams, seed: int = 0) -> None:
         super().__init__(node, params, seed)
         self.procs: set[Proc] = set()
 
@@ -395,7 +420,7 @@ class Scheduler:
     global_policy: ClassVar[type[GlobalPolicy]]
     local_policy: ClassVar[type[LocalPolicy]] = RunAll
     #: The scheduler's parameters (:mod:`~testbed.schedulers.params`): types, bounds, rules, defaults and
-    #: descriptions. The policies receive its dump, a plain dict of validated values.
+    #: descriptions. The policies receive an instance, validated from the scenario's mapping.
     Params: ClassVar[type[PolicyParams]] = PolicyParams
     #: Parameter name -> default, derived from ``Params``. A scheduler may instead declare ``defaults``
     #: (and ``allocation_defaults``) as plain dicts: it then gets a model that checks the names only.
@@ -432,32 +457,45 @@ class Scheduler:
         return _params.defaults(cls.Params)
 
     @classmethod
+    def parse_params(cls, params: Mapping[str, Any] | PolicyParams) -> PolicyParams:
+        """The scenario's ``scheduler.params`` as an instance of ``Params`` (defaults filled in; one given
+        as such is kept), or :class:`PolicyConfigError` with one line per problem, each naming
+        ``scheduler.params.<name>`` and the fix."""
+        if isinstance(params, cls.Params):
+            return params
+        return _params.parse(cls.Params, params, getattr(cls, "name", cls.__name__))
+
+    @classmethod
     def check_params(cls, params: Mapping[str, Any]) -> dict[str, Any]:
-        """Every parameter's validated value (defaults filled in), or :class:`PolicyConfigError` with one
-        line per problem, each naming ``scheduler.params.<name>`` and the fix."""
-        return _params.validate(cls.Params, params, getattr(cls, "name", cls.__name__))
+        """Every parameter's validated value (defaults filled in) as a plain dict, or
+        :class:`PolicyConfigError` as :meth:`parse_params`."""
+        return cls.parse_params(params).model_dump()
 
     @classmethod
-    def make_global(cls, nodes: int, params: Mapping[str, Any], seed: int) -> GlobalPolicy:
-        return cls.global_policy(nodes, cls.check_params(params), seed)
+    def make_global(cls, nodes: int, params: Mapping[str, Any] | PolicyParams, seed: int) -> GlobalPolicy:
+        """The global policy, given the scenario's ``scheduler.params`` (validated here)."""
+        return cls.global_policy(nodes, cls.parse_params(params), seed)
 
     @classmethod
-    def make_local(cls, node: int, params: Mapping[str, Any], seed: int) -> LocalPolicy:
-        return cls.local_policy(node, cls.check_params(params), seed)
+    def make_local(cls, node: int, params: Mapping[str, Any] | PolicyParams, seed: int) -> LocalPolicy:
+        """Node ``node``'s local policy, given the scenario's ``scheduler.params`` (validated here)."""
+        return cls.local_policy(node, cls.parse_params(params), seed)
 
 
 def job_wait(
     scheduler: type[Scheduler],
-    params: Mapping[str, Any],
+    params: Mapping[str, Any] | PolicyParams,
     *,
     wait_mode: str,
     spin_time_us: float,
     explicit: bool,
 ) -> tuple[str, float]:
-    """The wait mode and spin time (us) a job runs with under ``scheduler`` (with ``params``), given its
-    own (``explicit``: the scenario set its wait mode). See :class:`Scheduler`'s ``wait_mode``."""
+    """The wait mode and spin time (us) a job runs with under ``scheduler`` (with ``params``, the
+    scenario's ``scheduler.params``), given its own (``explicit``: the scenario set its wait mode). See
+    :class:`Scheduler`'s ``wait_mode``: a ``spin_time_us`` parameter wins when the scenario sets it."""
     forced = scheduler.wait_mode
     if forced is None or (explicit and scheduler.allows_wait_mode_override):
         return wait_mode, spin_time_us
-    spin = params.get("spin_time_us", scheduler.spin_time_us)
+    typed = scheduler.parse_params(params)
+    spin = typed.spin_time_us if "spin_time_us" in typed.model_fields_set else scheduler.spin_time_us
     return forced, spin_time_us if spin is None else float(spin)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from .base import GlobalAction, JobSpec, RunAll, Scheduler, Start
 from .params import param
@@ -21,10 +20,12 @@ from .placement import FcfsQueue, MemoryAwareParams, NodeMemory, pack
 class BatchGlobal(FcfsQueue):
     """FCFS queue; the head blocks unless EASY backfilling lets a later job through."""
 
-    def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    params: BatchParams
+
+    def __init__(self, nodes: int, params: BatchParams, seed: int = 0) -> None:
         super().__init__(nodes, params, seed)
-        self.backfill = self.params["backfill"]
-        self.packing = self.params["packing"]
+        self.backfill = self.params.backfill
+        self.packing = self.params.packing
         self.mem = NodeMemory(self)
         self.rng = random.Random(seed)
         self.free: set[int] = set(range(nodes))

@@ -27,8 +27,8 @@ the earliest).
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Hashable
+from typing import ClassVar
 
 from pydantic import model_validator
 
@@ -166,10 +166,11 @@ class CoschedLocal(LocalPolicy):
     """
 
     wants_message_events = True
+    params: NiceParams
 
-    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    def __init__(self, node: int, params: NiceParams, seed: int = 0) -> None:
         super().__init__(node, params, seed)
-        self.normal_nice = self.params["normal_nice"]
+        self.normal_nice = self.params.normal_nice
         self.procs: dict[Proc, None] = {}  # ordered: round-robin order
         self.waiting: set[Proc] = set()
         self.blocked: set[Proc] = set()
@@ -290,12 +291,15 @@ def _deadline_order(item: tuple[float, Hashable]) -> tuple[float, str]:
 class WakeBoost(CoschedLocal):
     """Wake boosts (module docstring): ``boost(p)`` until p waits again, ``boost_ms`` pass or p exits."""
 
-    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    params: BoostParams
+
+    def __init__(self, node: int, params: BoostParams, seed: int = 0) -> None:
         super().__init__(node, params, seed)
-        self.boost_nice = self.params["boost_nice"]
-        self.boost_s = math.inf  # PB has no wake boosts, hence no boost_ms
-        if "boost_ms" in self.params:
-            self.boost_s = self.params["boost_ms"] / 1000.0
+        self.boost_nice = self.params.boost_nice
+        # PB has no wake boosts, hence no boost_ms (WakeParams); read by name, as a scheduler declared with
+        # a plain defaults dict has it without being a WakeParams.
+        boost_ms = getattr(self.params, "boost_ms", None)
+        self.boost_s = math.inf if boost_ms is None else boost_ms / 1000.0
         self.woken: set[Proc] = set()
 
     def boost(self, now: float, proc: Proc) -> None:
@@ -332,7 +336,7 @@ class DcsLocal(WakeBoost):
     ``boost_ms`` pass, another process becomes the favourite, or it exits. A message for the favourite
     itself changes nothing (the NIC only interrupts on a mismatch)."""
 
-    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    def __init__(self, node: int, params: DcsParams, seed: int = 0) -> None:
         super().__init__(node, params, seed)
         self.favourite: Proc | None = None
 
@@ -372,10 +376,12 @@ class SyLocal(CoschedLocal):
     """SY: receivers spin (the wait mode); one still waiting ``spin_time_us`` after its receive began
     yields: its nice goes to ``yield_nice`` until the receive completes (MessageConsumed)."""
 
-    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    params: SyParams
+
+    def __init__(self, node: int, params: SyParams, seed: int = 0) -> None:
         super().__init__(node, params, seed)
-        self.yield_nice = self.params["yield_nice"]
-        self.spin_s = self.params["spin_time_us"] / 1e6
+        self.yield_nice = self.params.yield_nice
+        self.spin_s = self.params.spin_time_us / 1e6
         self.yielded: set[Proc] = set()
 
     def react(self, now: float, event: LocalEvent) -> None:
@@ -403,10 +409,11 @@ class PeriodicPick(WakeBoost):
     ``pick`` is the scheme's rule; with ``wake_blocked``, SB's wake boost for blocked receivers too."""
 
     wake_blocked: ClassVar[bool] = False
+    params: PeriodicParams  # and BoostParams, as every WakeBoost (PB's, PB-SB's, CC's and 2DCS's models)
 
-    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    def __init__(self, node: int, params: PeriodicParams, seed: int = 0) -> None:
         super().__init__(node, params, seed)
-        self.interval = self.params["interval_ms"] / 1000.0
+        self.interval = self.params.interval_ms / 1000.0
         self.favourite: Proc | None = None
         self.last_pick: Proc | None = None  # may have lost the favour since, or exited
         self.pos = 0  # its round-robin position
@@ -494,9 +501,11 @@ class HybridLocal(CoschedLocal):
     """HYBRID: a process is boosted from CollectiveEnter to CollectiveLeave and at normal priority
     otherwise; point-to-point messages change nothing (receivers block at once: the wait mode)."""
 
-    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    params: HybridParams
+
+    def __init__(self, node: int, params: HybridParams, seed: int = 0) -> None:
         super().__init__(node, params, seed)
-        self.boost_nice = self.params["boost_nice"]
+        self.boost_nice = self.params.boost_nice
 
     def nice_of(self, proc: Proc) -> int:
         return self.boost_nice if proc in self.in_collective else self.normal_nice

@@ -47,9 +47,9 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from .base import GlobalAction, GlobalPolicy, JobSpec, Reject, RunAll, Scheduler, Start
 from .params import param
@@ -201,9 +201,10 @@ def cost_derivative(load: Load, n: int, nodes: int) -> float:
 
 def load_of(spec: JobSpec) -> Load | None:
     """A job's divisible load from its spec, or None if it is not one."""
-    if spec.data_size is None or spec.cms is None or spec.cps is None:
+    d = spec.divisible
+    if d is None:
         return None
-    return Load(spec.data_size, spec.cms, spec.cps, spec.setup_link, spec.setup_compute)
+    return Load(d.data_size, d.cms, d.cps, d.setup_link, d.setup_compute)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -353,10 +354,13 @@ class DivisibleGlobal(GlobalPolicy):
     sizing: ClassVar[str] = "min"
     admission: ClassVar[bool] = True
 
-    def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    params: MemoryAwareParams  # AnnaParams for AN and ANNA
+
+    def __init__(self, nodes: int, params: MemoryAwareParams, seed: int = 0) -> None:
         super().__init__(nodes, params, seed)
-        # AN / ANNA's reading of "all nodes" (AnnaParams); MN and MCDF have no such parameter.
-        self.every = params.get("all_nodes", "fastest") == "every"
+        # AN / ANNA's reading of "all nodes" (AnnaParams); MN and MCDF have no such parameter (read by name,
+        # as a scheduler declared with a plain defaults dict may have it without being an AnnaParams).
+        self.every = getattr(self.params, "all_nodes", "fastest") == "every"
         self.tasks: dict[str, Task] = {}
         self.plan: dict[str, Placement] = {}  # admitted, not started: their planned start and nodes
         self.queue: list[str] = []  # ANNA: accepted, not started, in arrival order
@@ -378,7 +382,8 @@ class DivisibleGlobal(GlobalPolicy):
         load = load_of(job)
         if load is None:
             return [Reject(job.job_id, f"job {job.job_id} is not a divisible-load task (no data size)")]
-        if job.deadline is None:
+        deadline = job.divisible.deadline
+        if deadline is None:
             return [Reject(job.job_id, f"job {job.job_id} has no deadline; divisible-load tasks need one")]
         too_big = self.mem.never_fits(job)
         if too_big:
@@ -386,15 +391,15 @@ class DivisibleGlobal(GlobalPolicy):
         up = self.nodes - len(self.down)
         self._seq += 1
         cap = max(1, min(self.nodes, job.size))
-        task = Task(job.job_id, job.submit_time, job.submit_time + job.deadline, load, cap, self._seq)
+        task = Task(job.job_id, job.submit_time, job.submit_time + deadline, load, cap, self._seq)
         best = min(up, task.fast)
-        if best < 1 or not _fits(task.e(best), job.deadline):
+        if best < 1 or not _fits(task.e(best), deadline):
             shortest = f"{task.e(best):.6g} s on {best} node(s)" if best >= 1 else "none: no node is up"
             return [
                 Reject(
                     job.job_id,
                     f"task {job.job_id} can never meet its deadline: its shortest execution ({shortest}) "
-                    f"is longer than its deadline D = {job.deadline:.6g} s",
+                    f"is longer than its deadline D = {deadline:.6g} s",
                 )
             ]
         if not self.admission:

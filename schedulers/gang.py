@@ -12,8 +12,7 @@ running or stopped, so a job goes only on columns whose node has room for it.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from pydantic import model_validator
 
@@ -33,7 +32,7 @@ from .base import (
     SlotStart,
     Start,
 )
-from .params import param, rule_error
+from .params import PolicyParams, param, rule_error
 from .placement import MemoryAwareParams, NodeMemory, contiguous_block, oversize_reason
 
 
@@ -63,13 +62,15 @@ class GangParams(MemoryAwareParams):
 
 
 class GangGlobal(GlobalPolicy):
-    def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    params: GangParams
+
+    def __init__(self, nodes: int, params: GangParams, seed: int = 0) -> None:
         super().__init__(nodes, params, seed)
-        self.mpl = self.params["mpl"]
-        self.quantum = self.params["quantum_ms"] / 1000.0
-        self.lead = self.params["lead_ms"] / 1000.0
-        self.alternate = self.params["alternate"]
-        self.packing = self.params["packing"]
+        self.mpl = self.params.mpl
+        self.quantum = self.params.quantum_ms / 1000.0
+        self.lead = self.params.lead_ms / 1000.0
+        self.alternate = self.params.alternate
+        self.packing = self.params.packing
         self.mem = NodeMemory(self)
         self.rng = random.Random(seed)
         # matrix[row][col] = job id or None
@@ -251,7 +252,7 @@ class GangLocal(LocalPolicy):
 
     slot_start_keeps_latest_only = True
 
-    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    def __init__(self, node: int, params: PolicyParams, seed: int = 0) -> None:
         super().__init__(node, params, seed)
         self.procs: set[Proc] = set()
         self.allowed: frozenset[str] = frozenset()

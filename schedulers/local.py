@@ -7,8 +7,6 @@ nodes."""
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
-from typing import Any
 
 from .base import GlobalAction, JobSpec, RunAll, Scheduler, Start
 from .params import PolicyParams, param
@@ -23,10 +21,12 @@ class NlsParams(PolicyParams):
 
 
 class LocalGlobal(FcfsQueue):
-    def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    params: NlsParams
+
+    def __init__(self, nodes: int, params: NlsParams, seed: int = 0) -> None:
         super().__init__(nodes, params, seed)
-        self.mpl = self.params["mpl"]
-        self.packing = self.params["packing"]
+        self.mpl = self.params.mpl
+        self.packing = self.params.packing
         self.mem = NodeMemory(self)
         self.rng = random.Random(seed)
         self.load = [0] * nodes

@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
-from typing import Any
 
 from pydantic import model_validator
 
@@ -162,16 +160,17 @@ class OneGsGlobal(GlobalPolicy):
     in four steps after every arrival and departure; a slot runs one row on every node."""
 
     admits_at_start = True
+    params: OneGsParams
 
-    def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    def __init__(self, nodes: int, params: OneGsParams, seed: int = 0) -> None:
         super().__init__(nodes, params, seed)
         p = self.params
-        self.M = p["rows"]
-        self.Q = p["quantum_ms"] / 1000.0
-        self.lead = p["lead_ms"] / 1000.0
-        self.omega = p["context_switch_us"] / 1e6
-        self.admission = p["admission"]
-        self.n_rt = rt_rows(self.M, p["fairness_x"], p["fairness_y"])
+        self.M = p.rows
+        self.Q = p.quantum_ms / 1000.0
+        self.lead = p.lead_ms / 1000.0
+        self.omega = p.context_switch_us / 1e6
+        self.admission = p.admission
+        self.n_rt = rt_rows(self.M, p.fairness_x, p.fairness_y)
         self.rt_rows = tuple(range(self.n_rt))
         self.be_rows = tuple(range(self.n_rt, self.M))
         self.matrix: list[list[str | None]] = [[None] * nodes for _ in range(self.M)]
@@ -358,17 +357,14 @@ class TwoDcsGlobal(GlobalPolicy):
     again at each departure, and is turned away after w; without it every job starts on arrival."""
 
     admits_at_start = True
-    tdm = False
+    params: TwoDcsParams
 
-    def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    def __init__(self, nodes: int, params: TwoDcsParams, seed: int = 0) -> None:
         super().__init__(nodes, params, seed)
         p = self.params
-        self.admission = p["admission"]
-        share = p["fairness_x"] / (p["fairness_x"] + p["fairness_y"])
-        if self.tdm:  # a division switch per Gamma is time the RT division loses
-            share -= p["sync_ms"] / p["gamma_ms"]
-        self.share = share
-        self.cost = 2 * p["context_switch_us"] / 1e6 + p["interrupt_us"] / 1e6
+        self.admission = p.admission
+        self.share = self.rt_share()
+        self.cost = 2 * p.context_switch_us / 1e6 + p.interrupt_us / 1e6
         self.phi = [0.0] * nodes  # Phi_i
         self.periods: list[list[float]] = [[] for _ in range(nodes)]  # d of each RT process on node i
         self.be = [0] * nodes
@@ -376,6 +372,10 @@ class TwoDcsGlobal(GlobalPolicy):
         self.queue: list[JobSpec] = []  # RT jobs waiting (admission, memory)
         self.be_queue: list[JobSpec] = []  # BE jobs waiting (memory only)
         self.mem = NodeMemory(self)
+
+    def rt_share(self) -> float:
+        """The share of a node's CPU the admission test gives the RT class."""
+        return self.params.rt_share()
 
     def period(self, i: int) -> float:
         return min(self.periods[i], default=math.inf)
@@ -515,7 +515,11 @@ class TwoDcsGlobal(GlobalPolicy):
 
 
 class TdmGlobal(TwoDcsGlobal):
-    tdm = True
+    params: TdmParams
+
+    def rt_share(self) -> float:
+        # A division switch per Gamma is time the RT division loses.
+        return super().rt_share() - self.params.sync_ms / self.params.gamma_ms
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -561,14 +565,12 @@ class ClassLocal(PbSbLocal):
     only, wake boosts of blocked receivers), the class not favoured at ``borrow_nice``. ``favoured(now)``
     is the scheme's (TDM: the division; PS: the virtual times)."""
 
-    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    params: TwoDcsParams
+
+    def __init__(self, node: int, params: TwoDcsParams, seed: int = 0) -> None:
         super().__init__(node, params, seed)
         p = self.params
-        self.rt_first_nice, self.rt_nice, self.borrow_nice = (
-            p["rt_first_nice"],
-            p["rt_nice"],
-            p["borrow_nice"],
-        )
+        self.rt_first_nice, self.rt_nice, self.borrow_nice = p.rt_first_nice, p.rt_nice, p.borrow_nice
         self.rt: dict[Proc, tuple[float, float]] = {}  # RT process -> (start, period d)
         self.favour: str | None = None
         self.edf_first: Proc | None = None
@@ -638,11 +640,13 @@ class ClassLocal(PbSbLocal):
 class TdmLocal(ClassLocal):
     """2DCS-TDM: RT owns ``[k Γ, k Γ + x/(x+y) Γ)`` and BE the rest of each Γ, on every node alike."""
 
-    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    params: TdmParams
+
+    def __init__(self, node: int, params: TdmParams, seed: int = 0) -> None:
         super().__init__(node, params, seed)
         p = self.params
-        self.gamma = p["gamma_ms"] / 1000.0
-        self.rt_part = self.gamma * p["fairness_x"] / (p["fairness_x"] + p["fairness_y"])
+        self.gamma = p.gamma_ms / 1000.0
+        self.rt_part = self.gamma * p.fairness_x / (p.fairness_x + p.fairness_y)
 
     def favoured(self, now: float) -> str:
         return RT if (now + 1e-9) % self.gamma < self.rt_part else BE
@@ -659,11 +663,12 @@ class PsLocal(ClassLocal):
     """2DCS-PS: :class:`VirtualTimes` decide the favoured class at every event, and at least every
     ``quantum_ms`` (the quantum's end is a scheduling event)."""
 
-    def __init__(self, node: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    params: PsParams
+
+    def __init__(self, node: int, params: PsParams, seed: int = 0) -> None:
         super().__init__(node, params, seed)
-        p = self.params
-        self.quantum = p["quantum_ms"] / 1000.0
-        self.vt = VirtualTimes(p["fairness_x"] / (p["fairness_x"] + p["fairness_y"]))
+        self.quantum = self.params.quantum_ms / 1000.0
+        self.vt = VirtualTimes(self.params.rt_share())
 
     def favoured(self, now: float) -> str | None:
         return self.vt.event(now, self.ready(RT), self.ready(BE))

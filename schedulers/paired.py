@@ -39,8 +39,8 @@ Rules as built:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, Literal
+from collections.abc import Iterable
+from typing import ClassVar, Literal
 
 from .base import GlobalAction, JobSpec, Reject, Scheduler
 from .gang import GangGlobal, GangLocal, GangParams
@@ -77,13 +77,14 @@ class JobUsage:
 
 class PairedGlobal(GangGlobal):
     wants_utilization: ClassVar[bool] = True
+    params: PairedParams
 
-    def __init__(self, nodes: int, params: Mapping[str, Any], seed: int = 0) -> None:
+    def __init__(self, nodes: int, params: PairedParams, seed: int = 0) -> None:
         super().__init__(nodes, params, seed)
-        self.margin = self.params["margin_pct"] / 100.0
-        self.band = self.params["band_pct"] / 100.0
-        self.sharp = self.params["sharp_change_pct"] / 100.0
-        self.matching = self.params["matching"]
+        self.margin = self.params.margin_pct / 100.0
+        self.band = self.params.band_pct / 100.0
+        self.sharp = self.params.sharp_change_pct / 100.0
+        self.matching = self.params.matching
         self.usage: dict[str, JobUsage] = {}
         self.partners: dict[int, int] = {}  # fair matching of this round: row -> partner row
         self.round = -1

@@ -5,11 +5,11 @@ defaults and a one-line description each. Groups that several schedulers share (
 NLS's mpl/packing, the coscheduling family's nice and wake-boost settings) are models of their own that
 the schedulers' models inherit, so each parameter is defined once.
 
-:func:`validate` turns a scenario's ``scheduler.params`` into the plain dict of validated values the
-policies receive, or raises :class:`PolicyConfigError` with one line per problem in the scenario's format
-(``scheduler.params.<name>: what is wrong; the fix``; unknown names share one ``scheduler.params:`` line
-that lists the known ones). The wording of a refusal is built from the field's own declaration (its noun
-and bounds), so the message and the check cannot drift apart.
+:func:`parse` turns a scenario's ``scheduler.params`` into an instance of the model, which the policies
+receive as their typed ``params``, or raises :class:`PolicyConfigError` with one line per problem in the
+scenario's format (``scheduler.params.<name>: what is wrong; the fix``; unknown names share one
+``scheduler.params:`` line that lists the known ones). The wording of a refusal is built from the field's
+own declaration (its noun and bounds), so the message and the check cannot drift apart.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import difflib
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -45,6 +45,22 @@ class PolicyParams(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+    # Read by name, as when policies got a dict: third-party policies written that way keep working (the
+    # testbed's own read attributes).
+    def __getitem__(self, name: str) -> Any:
+        if name not in type(self).model_fields:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in type(self).model_fields
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self else default
+
+
+P = TypeVar("P", bound=PolicyParams)
 
 
 def param(default: Any, description: str, *, noun: str | None = None, **bounds: Any) -> Any:
@@ -150,19 +166,31 @@ def untyped(name: str, values: Mapping[str, Any]) -> type[PolicyParams]:
     return create_model(f"{name}Params", __base__=PolicyParams, **fields)
 
 
+def given(params: PolicyParams | Mapping[str, Any]) -> PolicyParams:
+    """A policy's parameters as its constructor got them: the model instance that
+    :meth:`Scheduler.make_global <testbed.schedulers.base.Scheduler.make_global>` passes, or, for a policy
+    built directly from a mapping (code written when policies got a dict), those values as they are,
+    unchecked, in a model of exactly those names."""
+    if isinstance(params, PolicyParams):
+        return params
+    if not isinstance(params, Mapping):
+        raise TypeError(f"policy parameters: needs a PolicyParams model or a mapping, got {params!r}")
+    return untyped("Given", params).model_validate(dict(params))
+
+
 # --------------------------------------------------------------------------------------------------------
 # Validation
 
 
-def validate(model: type[PolicyParams], params: Mapping[str, Any], scheduler: str) -> dict[str, Any]:
-    """``params`` checked against ``model``: every parameter's value (defaults filled in), or
+def parse(model: type[P], params: Mapping[str, Any], scheduler: str) -> P:
+    """``params`` checked against ``model``: the model's instance (defaults filled in), or
     :class:`PolicyConfigError` with one line per problem."""
     if not isinstance(params, Mapping):
         raise PolicyConfigError(
             f"scheduler.params: {scheduler} needs a mapping of parameter names to values, got {params!r}"
         )
     try:
-        return model.model_validate(dict(params)).model_dump()
+        return model.model_validate(dict(params))
     except ValidationError as exc:
         raise PolicyConfigError(*problems(model, exc, scheduler)) from None
 

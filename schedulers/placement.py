@@ -88,8 +88,9 @@ class NodeMemory:
 
     def __init__(self, policy: GlobalPolicy) -> None:
         self.policy = policy
-        # A scheduler declared with a plain defaults dict may lack the parameter: the check stays on.
-        self.aware = policy.params.get("memory_aware", True)
+        # A scheduler declared with a plain defaults dict may lack the parameter (the check stays on), or
+        # have it without its model being a MemoryAwareParams: read by name.
+        self.aware = getattr(policy.params, "memory_aware", True)
         self.used = [0.0] * policy.nodes
         self.held: dict[str, tuple[tuple[int, ...], float]] = {}  # job -> (nodes, MB per process)
 

@@ -11,7 +11,7 @@ import pytest
 from testbed.apps.divisible import Divisible, DivisibleConfig, pace
 from testbed.apps.divisible import plan as divisible_plan
 from testbed.schedulers import registry
-from testbed.schedulers.base import JobSpec, Reject, Start
+from testbed.schedulers.base import DivisibleLoad, JobSpec, Reject, Start
 from testbed.schedulers.divisible import (
     Infeasible,
     Load,
@@ -178,10 +178,8 @@ def test_plan_waits_for_busy_nodes_and_all_nodes_sizing():
 
 
 def spec(job_id, t, sigma, deadline, nodes=3, st=0.0, sc=0.0):
-    return JobSpec(
-        job_id, nodes, t, deadline=deadline, moldable=True, data_size=sigma, cms=1.0, cps=1.0,
-        setup_link=st, setup_compute=sc,
-    )  # fmt: skip
+    task = DivisibleLoad(sigma, 1.0, 1.0, deadline, setup_link=st, setup_compute=sc)
+    return JobSpec(job_id, nodes, t, moldable=True, divisible=task)
 
 
 def test_mcdf_admits_replans_and_rejects_with_reasons():
@@ -216,6 +214,15 @@ def test_a_job_without_a_divisible_load_is_rejected_with_the_reason():
     p = registry.get("edf-mn").make_global(3, {}, 0)
     [r] = p.submit(0.0, JobSpec("x", 2, 0.0))
     assert isinstance(r, Reject) and "divisible" in r.reason
+    [r] = p.submit(0.0, JobSpec("y", 2, 0.0, moldable=True, divisible=DivisibleLoad(100, 1.0, 1.0)))
+    assert isinstance(r, Reject) and "no deadline" in r.reason
+
+
+def test_the_kind_gives_the_policies_its_task():
+    cfg = DivisibleConfig(sigma=80, deadline_s=300, cms=0.5, cps=2, setup_link=1, setup_compute=3)
+    app, fields = Divisible.bind(cfg, 4.0, 0.5)
+    assert (app.arrival_s, app.cpu_rate) == (4.0, 0.5)
+    assert fields == {"moldable": True, "divisible": DivisibleLoad(80, 0.5, 2, 300, 1, 3)}
 
 
 # -- the kind in the simulator -------------------------------------------------------------------------

@@ -27,12 +27,12 @@ def test_tasks_follow_the_papers_distributions():
     assert len(arrivals) == 400 and set(arrivals.values()) <= set(range(1, 11))
     assert len(set(arrivals.values())) == 10  # every count from 1 to 10 occurs in 400 arrivals
     for j in jobs:
-        a, s = j.app, j.spec
-        assert a.sigma > 0 and s.data_size == a.sigma and s.moldable and s.size == 8
+        a, s, d = j.app, j.spec, j.spec.divisible
+        assert a.sigma > 0 and d.data_size == a.sigma and s.moldable and s.size == 8
         ld = Load(a.sigma, 1, 1, 2, 3)
         assert exec_time(ld, fastest(ld, 8)) <= a.deadline_s <= exec_time(ld, 1)
-        assert s.deadline == a.deadline_s and a.arrival_s == s.submit_time
-        assert (s.setup_link, s.setup_compute) == (2, 3)
+        assert d.deadline == a.deadline_s and a.arrival_s == s.submit_time
+        assert (d.setup_link, d.setup_compute) == (2, 3)
     # sigma ~ Normal(100, 100) kept positive: the mean of the truncated normal is about 128.8.
     sig = [j.app.sigma for j in jobs]
     assert 115 < sum(sig) / len(sig) < 145

@@ -1,5 +1,6 @@
 """Typed scheduler parameters: every registered scheduler refuses bad values with one line that names
-``scheduler.params.<name>``, what is wrong and the fix; good values reach the policies as a plain dict."""
+``scheduler.params.<name>``, what is wrong and the fix; good values reach the policies as an instance of
+the scheduler's model."""
 
 from __future__ import annotations
 
@@ -201,7 +202,7 @@ GOOD = {
 
 
 @pytest.mark.parametrize("sched", SCHEDULERS)
-def test_good_values_reach_the_policies_as_a_plain_dict(sched):
+def test_good_values_reach_the_policies_as_the_schedulers_typed_model(sched):
     cls = registry.get(sched)
     assert cls.check_params({}) == cls.all_defaults() == dict(cls.defaults)
     given = {k: GOOD[k] for k in cls.all_defaults()}
@@ -212,9 +213,11 @@ def test_good_values_reach_the_policies_as_a_plain_dict(sched):
     for name, info in cls.Params.model_fields.items():  # numbers come out as the type declared
         assert type(checked[name]) is info.annotation or info.annotation not in (int, float, bool)
     policy = cls.make_global(4, given, 0)
-    assert type(policy.params) is dict and policy.params == checked
+    assert type(policy.params) is cls.Params and policy.params.model_dump() == checked
     local = cls.make_local(0, given, 0)
-    assert type(local.params) is dict and local.params == checked
+    assert type(local.params) is cls.Params and local.params.model_dump() == checked
+    for name, value in checked.items():  # each an attribute, of the type the dict shows
+        assert getattr(policy.params, name) == value and type(getattr(policy.params, name)) is type(value)
 
 
 def test_the_shared_groups_are_defined_once():
@@ -249,6 +252,23 @@ def test_a_scheduler_with_plain_defaults_gets_its_names_checked():
     assert Plain.check_params({"mpl": 5}) == {"mpl": 5, "packing": True, "memory_aware": False}
     with pytest.raises(PolicyConfigError, match=r"unknown parameter\(s\) mlp .* did you mean 'mpl'"):
         Plain.check_params({"mlp": 5})
+    # Its policies read the values as attributes, and by name as when policies got a dict (third-party
+    # policies written that way); the memory check follows the parameter though the model is untyped.
+    policy = Plain.make_global(4, {"mpl": 5}, 0)
+    assert policy.params.mpl == 5 and policy.params["mpl"] == 5 and policy.params.get("mpl") == 5
+    assert "packing" in policy.params and "nonsense" not in policy.params
+    assert policy.params.get("nonsense", 7) == 7
+    with pytest.raises(KeyError):
+        policy.params["nonsense"]
+    assert policy.mem.aware is False
+
+
+def test_a_policy_built_directly_from_a_mapping_gets_those_values_unchecked():
+    policy = LocalGlobal(4, {"mpl": 2, "packing": False}, 0)
+    assert policy.params.mpl == 2 and policy.params["packing"] is False
+    assert policy.mem.aware is True  # no memory_aware given: the check stays on
+    with pytest.raises(TypeError, match="PolicyParams model or a mapping"):
+        LocalGlobal(4, [("mpl", 2)], 0)
 
 
 def test_a_scheduler_extends_a_model_and_its_rules_still_hold():
