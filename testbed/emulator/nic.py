@@ -302,6 +302,11 @@ class _ProtocolError(Exception):
     pass
 
 
+def _body(buf, off: int, end: int) -> bytes:
+    """The body of the frame at ``buf[off:end]``, a copy."""
+    return bytes(buf[off + HEADER.size : end])
+
+
 @dataclass(eq=False)
 class _Out:
     """A connection to another NIC, for acknowledgements: frames wait in ``pending`` until it is open."""
@@ -655,102 +660,130 @@ class Nic:
         return rx
 
     def _frame(self, conn: _Conn, ftype: int, mode: int, a: int, b: int, c: int, buf, off, end) -> None:
+        """One frame that came on ``conn``: its header's fields, its body ``buf[off + HEADER.size:end]``
+        (apps/wire.py says what each type carries). The data path's frames first."""
         if ftype == DATA:
-            if conn.job is None:
-                raise _ProtocolError("DATA before HELLO/PEER")
-            nbytes = end - off - HEADER.size
-            self._messages_in += 1
-            self._bytes_in += nbytes
-            rx = self._rx.get((conn.job, b)) or self._receiver(conn.job, b)
-            msg = (a, c, bytes(conn.view[off:end]))  # one copy (a bytearray slice would make two)
-            ack = (conn.job, a, conn.ack_to) if mode == 1 else None
-            if conn.src_link is not None and self._emulate_link:
-                self._delay(conn.src_link, rx, msg, nbytes, ack)
-            else:
-                self._arrive(rx, msg)
-                if ack is not None:
-                    self._ack(*ack)
+            self._on_data(conn, mode, a, b, c, off, end)
         elif ftype == RECV:
-            rx = self._local_rx(conn)
-            if rx.want is not None:
-                raise _ProtocolError("RECV while a RECV is pending")
-            if mode >= len(WAIT_MODES):
-                raise _ProtocolError(f"bad wait mode {mode}")
-            rx.want = (a, c, mode)
-            if not self._try_deliver(rx):
-                if conn.job in self._failed:
-                    self._fail(rx, self._failed[conn.job])
-                elif self.report_messages:
-                    self._event(ReceiverWaiting(rx.proc, WAIT_MODES[mode]))
+            self._on_recv(conn, mode, a, c)
         elif ftype == BLOCKED:
             rx = self._local_rx(conn)
             # A BLOCKED that crossed the delivery on the wire refers to a RECV already answered.
             if rx.want is not None and self.report_messages:
                 self._event(ReceiverBlocked(rx.proc))
         elif ftype == SEND_BLOCKED:
-            rx = self._local_rx(conn)
-            if a > rx.delivered:  # else its DELIVERED crossed it on the wire: the send is done
-                if conn.job in self._failed:
-                    self._fail(rx, self._failed[conn.job])
-                else:
-                    rx.send_blocked = True
-                    if self.report_messages:
-                        self._event(SenderBlocked(rx.proc))
+            self._on_send_blocked(conn, a)
         elif ftype == NIC_ACK:
-            if conn.nic_peer is None:
-                raise _ProtocolError("NIC_ACK before NIC_HELLO")
-            sender = self._rx.get((bytes(buf[off + HEADER.size : end]).decode(), a))
-            if sender is None:
-                return  # the job ended here meanwhile
-            if conn.src_link is not None and self._emulate_link:
-                self._delay(conn.src_link, sender, None, 0, None)
-            else:
-                self._delivered(sender)
+            self._on_nic_ack(conn, a, _body(buf, off, end))
         elif ftype == NIC_HELLO:
             if conn.job is not None or conn.nic_peer is not None:
                 raise _ProtocolError("NIC_HELLO on a connection already introduced")
-            conn.nic_peer = bytes(buf[off + HEADER.size : end]).decode()
+            conn.nic_peer = _body(buf, off, end).decode()
             conn.src_link = None if conn.nic_peer == self.address else conn.nic_peer
         elif ftype == COLL_ENTER or ftype == COLL_LEAVE:
             rx = self._local_rx(conn)
             if self.report_messages:
-                op = bytes(buf[off + HEADER.size : end]).decode()
                 cls = CollectiveEnter if ftype == COLL_ENTER else CollectiveLeave
-                self._event(cls(rx.proc, op))
+                self._event(cls(rx.proc, _body(buf, off, end).decode()))
         elif ftype == PROGRESS:
             rx = self._local_rx(conn)
-            body = bytes(buf[off + HEADER.size : end])
+            body = _body(buf, off, end)
             (value,) = PROGRESS_VALUE.unpack_from(body)
             self._hook(self.hooks.on_progress, rx.proc, body[PROGRESS_VALUE.size :].decode(), value)
         elif ftype == HELLO:
-            if conn.job is not None:
-                raise _ProtocolError("second HELLO/PEER on one connection")
-            conn.job = bytes(buf[off + HEADER.size : end]).decode()
-            conn.rank = a
-            conn.local = True
-            rx = self._receiver(conn.job, a)
-            if rx.conn is not None:
-                raise _ProtocolError(f"{rx.proc} is already connected")
-            rx.conn = conn
-            conn.rx = rx
-            if rx.go:  # the agent said go before the worker got here
-                self._send_go(rx)
-            self._hook(self.hooks.on_hello, rx.proc, b)
+            self._on_hello(conn, a, b, _body(buf, off, end))
         elif ftype == PEER:
-            if conn.job is not None:
-                raise _ProtocolError("second HELLO/PEER on one connection")
-            job, _, src_nic = bytes(buf[off + HEADER.size : end]).decode().partition("\n")
-            conn.job = job
-            conn.rank = a
-            conn.src_link = None if src_nic == self.address else src_nic
-            conn.ack_to = src_nic
-            conn.peer_node = b - 1 if b > 0 else None
+            self._on_peer(conn, a, b, _body(buf, off, end))
         elif ftype == BYE:
             conn.bye = True
         elif ftype == ACK:
             pass  # _Conn.readable applied the count in the reserved field
         else:
             raise _ProtocolError(f"unknown frame type {ftype}")
+
+    def _on_data(self, conn: _Conn, mode: int, src: int, dst: int, tag: int, off: int, end: int) -> None:
+        """A message for rank ``dst`` of the connection's job: into its receiver's queue, through the
+        emulated link when it came from another node; acknowledged once there if it asks (mode 1)."""
+        if conn.job is None:
+            raise _ProtocolError("DATA before HELLO/PEER")
+        nbytes = end - off - HEADER.size
+        self._messages_in += 1
+        self._bytes_in += nbytes
+        rx = self._rx.get((conn.job, dst)) or self._receiver(conn.job, dst)
+        msg = (src, tag, bytes(conn.view[off:end]))  # one copy (a bytearray slice would make two)
+        ack = (conn.job, src, conn.ack_to) if mode == 1 else None
+        if conn.src_link is not None and self._emulate_link:
+            self._delay(conn.src_link, rx, msg, nbytes, ack)
+        else:
+            self._arrive(rx, msg)
+            if ack is not None:
+                self._ack(*ack)
+
+    def _on_recv(self, conn: _Conn, mode: int, src: int, tag: int) -> None:
+        """The worker asks for a message from ``src`` with ``tag`` (either may be ANY), waiting in wait
+        mode ``mode``: answered at once if one is here, else when one arrives (or the job fails)."""
+        rx = self._local_rx(conn)
+        if rx.want is not None:
+            raise _ProtocolError("RECV while a RECV is pending")
+        if mode >= len(WAIT_MODES):
+            raise _ProtocolError(f"bad wait mode {mode}")
+        rx.want = (src, tag, mode)
+        if not self._try_deliver(rx):
+            if conn.job in self._failed:
+                self._fail(rx, self._failed[conn.job])
+            elif self.report_messages:
+                self._event(ReceiverWaiting(rx.proc, WAIT_MODES[mode]))
+
+    def _on_send_blocked(self, conn: _Conn, number: int) -> None:
+        """The worker's wait for the acknowledgement of its send ``number`` stopped spinning."""
+        rx = self._local_rx(conn)
+        if number > rx.delivered:  # else its DELIVERED crossed it on the wire: the send is done
+            if conn.job in self._failed:
+                self._fail(rx, self._failed[conn.job])
+            else:
+                rx.send_blocked = True
+                if self.report_messages:
+                    self._event(SenderBlocked(rx.proc))
+
+    def _on_nic_ack(self, conn: _Conn, rank: int, body: bytes) -> None:
+        """Another NIC acknowledges a message from rank ``rank`` of job ``body``, a worker of this node."""
+        if conn.nic_peer is None:
+            raise _ProtocolError("NIC_ACK before NIC_HELLO")
+        sender = self._rx.get((body.decode(), rank))
+        if sender is None:
+            return  # the job ended here meanwhile
+        if conn.src_link is not None and self._emulate_link:
+            self._delay(conn.src_link, sender, None, 0, None)
+        else:
+            self._delivered(sender)
+
+    def _on_hello(self, conn: _Conn, rank: int, pid: int, body: bytes) -> None:
+        """A worker of this node connects: rank ``rank`` of job ``body``, process ``pid``."""
+        if conn.job is not None:
+            raise _ProtocolError("second HELLO/PEER on one connection")
+        conn.job = body.decode()
+        conn.rank = rank
+        conn.local = True
+        rx = self._receiver(conn.job, rank)
+        if rx.conn is not None:
+            raise _ProtocolError(f"{rx.proc} is already connected")
+        rx.conn = conn
+        conn.rx = rx
+        if rx.go:  # the agent said go before the worker got here
+            self._send_go(rx)
+        self._hook(self.hooks.on_hello, rx.proc, pid)
+
+    def _on_peer(self, conn: _Conn, rank: int, node_id: int, body: bytes) -> None:
+        """A worker of any node connects to send here: rank ``rank``, on node ``node_id - 1`` (0: it did
+        not say), of the job and with the own NIC that ``body`` names."""
+        if conn.job is not None:
+            raise _ProtocolError("second HELLO/PEER on one connection")
+        job, _, src_nic = body.decode().partition("\n")
+        conn.job = job
+        conn.rank = rank
+        conn.src_link = None if src_nic == self.address else src_nic
+        conn.ack_to = src_nic
+        conn.peer_node = node_id - 1 if node_id > 0 else None
 
     def _send_go(self, rx: _Rx) -> None:
         rx.conn.write(HEADER.pack(0, GO, 1 if self._push else 0, 0, 0, 0, 0))
