@@ -25,7 +25,7 @@ import sys
 import time
 
 from testbed.core.clock import auto_tdf
-from testbed.emulator.mechanism.envelope import make_envelope
+from testbed.emulator.mechanism.envelopes import make_envelope
 
 
 def worker(burst_cpu_s: float, sleep_s: float, seconds: float) -> None:

@@ -28,7 +28,7 @@ from testbed.core.clock import Clock
 from testbed.core.messages import NodeError, ProcExit, QuantumUsage
 from testbed.core.observe import Observer
 from testbed.emulator.loop import LoopThread
-from testbed.emulator.mechanism.envelope import make_envelope
+from testbed.emulator.mechanism.envelopes import make_envelope
 from testbed.emulator.mechanism.forkserver import ForkServer
 from testbed.emulator.mechanism.priority import raise_process_nice, raise_thread_priority
 from testbed.emulator.mechanism.process import BaseWorker

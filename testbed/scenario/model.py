@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from testbed.apps import registry as kinds
+from testbed.emulator.mechanism.envelope import KINDS as ENVELOPE_KINDS
 from testbed.scenario.divisible import DivisibleTasks
 from testbed.schedulers import registry
 from testbed.schedulers.base import PolicyConfigError
@@ -73,7 +74,7 @@ class ClusterConfig(_Model):
     nodes: int = Field(16, ge=1, le=4096)
     cores_per_node: int = Field(1, ge=1, le=64)
     cpu_rate: float = Field(1.0, gt=0, le=1.0, description="node CPU speed as a fraction of one host core")
-    envelope: Literal["auto", "cgroup", "cgroup-v1", "cgroup-v2", "docker", "pod", "none"] = "auto"
+    envelope: Literal[ENVELOPE_KINDS] = "auto"  # type: ignore[valid-type]
     cfs_period_ms: float = Field(
         100.0,
         ge=1,

@@ -15,9 +15,9 @@ from testbed.emulator.mechanism.envelope import (
     CgroupV1Envelope,
     EnvelopeUnavailable,
     NoEnvelope,
-    make_envelope,
     probe_envelopes,
 )
+from testbed.emulator.mechanism.envelopes import make_envelope
 from testbed.emulator.mechanism.process import spawn
 
 from ..conftest import measured, requires

@@ -14,7 +14,7 @@ import pytest
 
 from testbed.emulator.mechanism import envelope as envmod
 from testbed.emulator.mechanism import forkserver
-from testbed.emulator.mechanism.envelope import make_envelope
+from testbed.emulator.mechanism.envelopes import make_envelope
 from testbed.emulator.mechanism.forkserver import ForkedWorker, ForkServer, served_module
 from testbed.emulator.mechanism.process import SpawnError, Worker
 from testbed.janitor import marked_processes

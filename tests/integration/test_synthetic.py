@@ -21,7 +21,7 @@ from testbed.core.jobs import WORK_UNIT_S as JOBS_WORK_UNIT_S
 from testbed.core.jobs import Job, JobSpec, WaitSpec
 from testbed.emulator.loop import LoopThread
 from testbed.emulator.mechanism import envelope as envmod
-from testbed.emulator.mechanism.envelope import make_envelope
+from testbed.emulator.mechanism.envelopes import make_envelope
 from testbed.emulator.mechanism.process import spawn
 from testbed.emulator.nic import Nic
 

@@ -59,6 +59,8 @@ SHARES_V1 = 10240
 WEIGHT_V2 = 1000
 DESTROY_TIMEOUT_S = 5.0
 FREEZE_TIMEOUT_S = 2.0
+#: Every envelope kind, as a scenario names it (cluster.envelope): the one list, which the scenario model,
+#: the factory (testbed/emulator/mechanism/envelopes.py) and the preflight take from here.
 KINDS = ("auto", "cgroup", "cgroup-v1", "cgroup-v2", "docker", "pod", "none")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -673,63 +675,12 @@ def _probe_v2() -> str | None:
 
 
 def probe_envelopes() -> dict[str, str | None]:
-    """kind -> None if usable here, else the reason it is not. Probes afresh (make_envelope reuses this)."""
+    """kind -> None if usable here, else the reason it is not. Probes afresh (make_envelope, in
+    testbed/emulator/mechanism/envelopes.py, reuses this)."""
     _probe_cache.clear()
     v1, v2 = probe_v1(), probe_v2()
     cg = None if v1 is None or v2 is None else f"cgroup-v1: {v1}; cgroup-v2: {v2}"
     return {"cgroup": cg, "cgroup-v1": v1, "cgroup-v2": v2, "none": None}
-
-
-def make_envelope(
-    kind: str,
-    run_id: str,
-    node: int,
-    cpu_rate: float,
-    tdf: float,
-    cores: int = 1,
-    period_us: int = CFS_PERIOD_US,
-    memory_mb: float | None = None,
-) -> Envelope:
-    """Build (not create) the envelope of one node. ``auto`` falls back to ``none`` with a loud note.
-    ``memory_mb`` limits the node's memory where the envelope can (docker); the others ignore it."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown envelope kind {kind!r}; known kinds: {', '.join(KINDS)}")
-    args = (run_id, node, cpu_rate, tdf, cores, period_us)
-    if kind == "docker":
-        from testbed.emulator.mechanism.docker_envelope import DockerEnvelope
-
-        return DockerEnvelope(*args, memory_mb=memory_mb)
-    if kind == "pod":
-        return PodEnvelope(*args)
-    if kind == "none":
-        return NoEnvelope(*args)
-    if kind == "cgroup-v1":
-        why = probe_v1()
-        if why is not None:
-            raise EnvelopeUnavailable(
-                f"cgroup-v1 envelope unavailable: {why}. Fix that, or use envelope: none "
-                "(CPU rate then NOT fixed)"
-            )
-        return CgroupV1Envelope(*args)
-    if kind == "cgroup-v2":
-        return CgroupV2Envelope(*args)
-    why1 = probe_v1()
-    if why1 is None:
-        return CgroupV1Envelope(*args)
-    why2 = probe_v2()
-    if why2 is None:
-        return CgroupV2Envelope(*args)
-    reason = f"cgroup-v1: {why1}; cgroup-v2: {why2}"
-    if kind == "cgroup":
-        raise EnvelopeUnavailable(
-            f"cgroup envelope unavailable ({reason}). Run as root with the cpu, cpuacct and "
-            "freezer controllers mounted read-write (v1) or the cpu controller enabled in "
-            "cgroup v2, or use envelope: none (CPU rate then NOT fixed)"
-        )
-    env = NoEnvelope(*args)
-    env.note = f"cgroup envelope unavailable: {reason}; CPU rate is NOT fixed (envelope none)"
-    log.warning("node %d: %s", node, env.note)
-    return env
 
 
 # --- the pod envelope: cgroup v2, in the subtree delegated to this process --------------------------------
