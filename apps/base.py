@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
+from testbed.apps.environ import APP
 from testbed.apps.reports import DEADLINES_MET, DEADLINES_MISSED
 from testbed.apps.wire import SEND_WAITS as SEND_WAITS  # the wait modes: defined there, used here
 from testbed.apps.wire import WAIT_MODES as WAIT_MODES
@@ -273,7 +274,7 @@ class ProgramKind:
 
         return Launch(
             (sys.executable, "-m", "testbed.apps.worker"),
-            {"TB_APP": cfg.model_dump_json()},
+            {APP: cfg.model_dump_json()},
         )
 
     @classmethod

@@ -37,6 +37,7 @@ import socket
 import struct
 import time
 
+from testbed.apps.environ import JobEnv, NodeEnv
 from testbed.apps.wire import (
     ACK,
     ANY,
@@ -177,20 +178,20 @@ class Comm:
 
     @classmethod
     def from_env(cls, env=os.environ) -> Comm:
+        """From the job's and the node's parts of the worker's environment (apps/environ.py)."""
         try:
-            nics = env["TB_NICS"].split(",")
-            timeout = env.get("TB_RECV_TIMEOUT_S")
+            job, node = JobEnv.from_env(env), NodeEnv.from_env(env)
             return cls(
-                env["TB_JOB"],
-                int(env["TB_RANK"]),
-                nics,
-                env.get("TB_NODE_NIC") or nics[int(env["TB_RANK"])],
-                tdf=float(env.get("TB_TDF", "1")),
-                mode=env.get("TB_WAIT_MODE", "block"),
-                spin_us=float(env.get("TB_SPIN_US", "300")),
-                send_wait=env.get("TB_SEND_WAIT") or "none",
-                recv_timeout_s=float(timeout) if timeout else None,
-                node=int(env["TB_NODE"]) if env.get("TB_NODE") else None,
+                job.job,
+                job.rank,
+                list(job.nics),
+                node.node_nic or job.nics[job.rank],
+                tdf=node.clock.tdf,
+                mode=job.wait_mode,
+                spin_us=job.spin_us,
+                send_wait=job.send_wait,
+                recv_timeout_s=job.recv_timeout_s,
+                node=node.node,
             )
         except KeyError as exc:
             raise CommError(f"environment variable {exc.args[0]} is not set (the agent sets it)") from None

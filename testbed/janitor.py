@@ -41,9 +41,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testbed.apps.environ import MARK_NODE
+from testbed.apps.environ import MARK_RUN_ID as RUN_ID_ENV  # the name other modules import it by here
 from testbed.emulator.mechanism.envelope import TOP, cgroup_mounts, rmdir_up
 
-RUN_ID_ENV = "TESTBED_RUN_ID"
 _NEEDLE = RUN_ID_ENV.encode() + b"="
 POLL_S = 0.2
 KILL_TIMEOUT_S = 5.0
@@ -297,7 +298,7 @@ def start_janitor(
     ``run_dir``, it rebuilds that run's results if the watched processes die. ``session_nice`` = (session
     id, autogroup nice): put that session's autogroup back to it if they die
     (priority.raise_session_group)."""
-    env = {k: v for k, v in os.environ.items() if k not in (RUN_ID_ENV, "TESTBED_NODE")}
+    env = {k: v for k, v in os.environ.items() if k not in (RUN_ID_ENV, MARK_NODE)}
     argv = [sys.executable, "-m", "testbed.janitor", "--run-id", run_id]
     for pid in watch_pids:
         argv += ["--watch", str(pid)]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.apps.environ import NodeEnv, leftover_marks
 from testbed.core import events as ev
 from testbed.core.clock import Clock
 from testbed.core.messages import NodeError, ProcExit, QuantumUsage
@@ -387,17 +388,9 @@ class NodeAgent:
 
     def _env(self, extra: dict) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-        env.update(self.clock.to_env())
-        env.update(
-            {
-                "TB_RUN_ID": self.cfg.run_id,
-                "TB_NODE": str(self.node),
-                "TB_NODE_NIC": self.nic_address,
-                "TB_IO_DIR": str(self.run_dir / "io"),
-                "OMP_NUM_THREADS": "1",
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
+        node = NodeEnv(self.clock, self.cfg.run_id, self.node, self.nic_address, str(self.run_dir / "io"))
+        env.update(node.to_env())
+        env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
         env.update(extra)
         return env
 
@@ -468,10 +461,9 @@ class NodeAgent:
         forked worker leads its own session) and, for a worker started by exec, the processes that carry
         its environment. Runs on the spawner thread: finding them reads /proc, which the loop's timers must
         not wait for."""
-        from testbed.janitor import RUN_ID_ENV, processes_with, session_members
+        from testbed.janitor import processes_with, session_members
 
-        mark = {RUN_ID_ENV: self.cfg.run_id, "TB_NODE": str(self.node), "TB_JOB": proc.job_id,
-                "TB_RANK": str(proc.rank)}  # fmt: skip
+        mark = leftover_marks(self.cfg.run_id, self.node, proc.job_id, proc.rank)
         candidates = self.envelope.pids() if self.envelope.fixes_rate else None
         left = sorted(set(processes_with(mark, candidates)) | set(session_members(pid, candidates)))
         for pid in left:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from testbed.apps.environ import start_env
 from testbed.apps.worker import EXIT_PEER_GONE
 from testbed.core import events as ev
 from testbed.core.clock import Clock
@@ -290,10 +291,10 @@ class Coordinator:
         attempt = self.core.jobs[job.job_id].starts
         # When the policy started the job (emulated s): a kind whose model starts its clock there, not
         # when its processes are up (the divisible head's link), reads it as TB_START_S.
-        started = repr(self._now())
+        started = start_env(self._now())
         for rank, node in enumerate(placed):
             launch = job.launch(rank, nics)
-            env = {**launch.env, "TB_START_S": started}
+            env = {**launch.env, **started}
             fut = self._call(node, "start_proc", job.job_id, rank, list(launch.argv), env,
                              job.spec.job_class, attempt, job.spec)  # fmt: skip
             fut.add_done_callback(lambda f, j=job.job_id, r=rank, n=node: self._started(f, j, r, n))

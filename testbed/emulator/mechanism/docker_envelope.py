@@ -40,6 +40,7 @@ import tarfile
 import time
 from typing import Any
 
+from testbed.apps.environ import MARK_NODE, MARK_RUN_ID
 from testbed.emulator.mechanism.envelope import (
     DESTROY_TIMEOUT_S,
     FREEZE_TIMEOUT_S,
@@ -203,7 +204,7 @@ class DockerEnvelope(_V1ProcsFiles, Envelope):
             name=self.container_name,
             detach=True,
             labels={LABEL_RUN: self.run_id, LABEL_NODE: str(self.node)},
-            environment={"TESTBED_RUN_ID": self.run_id, "TESTBED_NODE": str(self.node)},
+            environment={MARK_RUN_ID: self.run_id, MARK_NODE: str(self.node)},
             network_mode="host",
             pid_mode="host",
             cgroup_parent=self.cgroup_parent,

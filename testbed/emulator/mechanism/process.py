@@ -37,13 +37,13 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any
 
+from testbed.apps.environ import MARK_NODE as NODE_ENV
+from testbed.apps.environ import MARK_RUN_ID as RUN_ID_ENV
 from testbed.emulator.mechanism import accounting
 from testbed.emulator.mechanism.envelope import Envelope
 
 log = logging.getLogger(__name__)
 
-RUN_ID_ENV = "TESTBED_RUN_ID"
-NODE_ENV = "TESTBED_NODE"
 PR_SET_PDEATHSIG = 1
 KILL_REAP_TIMEOUT_S = 5.0
 
