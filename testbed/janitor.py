@@ -13,7 +13,9 @@ called synchronously by the driver at a normal end) means:
 * every process whose environment has ``TESTBED_RUN_ID=ID`` (``process.spawn`` puts it there and children
   inherit it; the driver sets it before starting Ray, so Ray's own processes for the run carry it too),
   and every process inside a cgroup under ``testbed/ID`` in any hierarchy, gets SIGKILL, its freezer
-  cgroup is thawed (a frozen task does not act on SIGKILL until thawed), then SIGCONT;
+  cgroup is thawed (a frozen task does not act on SIGKILL until thawed), then SIGCONT. The testbed
+  itself freezes nothing; a node's processes may still sit in a frozen cgroup (a container paused with
+  ``docker pause``, a v1 freezer cgroup left by an earlier version), and must die all the same;
 * every cgroup under ``testbed/ID`` in every hierarchy is removed, children first, and ``testbed/`` too if
   no other run uses it;
 * every container labelled ``testbed.run_id=ID`` (the docker envelope's) is removed through the daemon,

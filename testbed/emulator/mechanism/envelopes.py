@@ -73,8 +73,8 @@ def _cgroup(kind: str, args: tuple) -> Envelope:
     reason = f"cgroup-v1: {why1}; cgroup-v2: {why2}"
     if kind == "cgroup":
         raise EnvelopeUnavailable(
-            f"cgroup envelope unavailable ({reason}). Run as root with the cpu, cpuacct and "
-            "freezer controllers mounted read-write (v1) or the cpu controller enabled in "
+            f"cgroup envelope unavailable ({reason}). Run as root with the cpu and cpuacct "
+            "controllers mounted read-write (v1) or the cpu controller enabled in "
             "cgroup v2, or use envelope: none (CPU rate then NOT fixed)"
         )
     env = NoEnvelope(*args)
