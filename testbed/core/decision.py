@@ -214,9 +214,6 @@ class DecisionCore:
             out[rec.state] = out.get(rec.state, 0) + 1
         return out
 
-    def running_on(self, node: int) -> list[JobRecord]:
-        return [r for r in self.jobs.values() if r.state == RUNNING and node in r.nodes]
-
     # ----------------------------------------------------------------------------------------------------
     # Applying the policy's actions
 

@@ -5,9 +5,8 @@ policy through the mechanism (stop/continue, nice), samples per-process CPU time
 gang slots on its own timer at the announced emulated time, hosts the node's NIC, and records events.
 
 All state lives on one loop thread (``LoopThread``); public methods may be called from any thread (Ray's
-executor threads) and marshal onto it. The class is plain Python; ``testbed.emulator.backend`` wraps it as
-a Ray
-actor.
+executor threads) and marshal onto it. The class is plain Python; ``testbed.emulator.actors`` hosts it in
+a Ray actor (``AgentHost``, several agents per actor process).
 """
 
 from __future__ import annotations
@@ -146,12 +145,10 @@ class NodeAgent:
         # Paired gang predicts from each process's CPU use per quantum: report it to the coordinator.
         self.report_quanta = getattr(self.sched.global_policy, "wants_utilization", False)
         self.procs: dict[Proc, _ProcState] = {}
-        self.exits: list[dict] = []
         self.notify: Callable[[Any], Any] | None = (
             None  # reports to the coordinator (testbed/core/messages.py)
         )
         self.down: str | None = None  # why the node is down (a scripted fault), or None
-        self.switches = 0
         self.closed = False
         self._wakeup = None
         self._sampler = None
@@ -333,9 +330,6 @@ class NodeAgent:
 
         return self.lt.call(_set)
 
-    def stats(self) -> dict:
-        return self.lt.call(self._stats)
-
     def shutdown(self) -> dict:
         """Kills every worker (stopped ones included), removes the envelope, closes the log."""
         if self.closed:
@@ -448,7 +442,6 @@ class NodeAgent:
         rec = {"job": proc.job_id, "rank": proc.rank, "node": self.node, "code": code, "cpu_s": cpu,
                "reason": reason, "attempt": st.attempt}  # fmt: skip
         self.events.emit(ev.PROC_EXITED, t=now, **rec)
-        self.exits.append(rec)
         self._apply(self._decide(now, ProcExited(proc)))
         if not any(p.job_id == proc.job_id for p in self.procs):
             self.nic.drop_job(proc.job_id)  # frees messages nobody will consume
@@ -524,7 +517,6 @@ class NodeAgent:
         effect = self._apply(self._decide(self.clock.emu_at(t_real), SlotStart(slot, allowed)))
         if effect is None:
             effect = t_real  # nothing to change: the node was already in the slot's state
-        self.switches += 1
         e_emu = self.clock.emu_at(effect)
         self.events.emit(
             ev.SLOT_SWITCH,
@@ -682,13 +674,3 @@ class NodeAgent:
         self.events.emit(ev.RUN_ERROR, node=self.node, error=error, traceback=tb)
         if self.notify is not None:
             self.notify(NodeError(self.node, error, tb))
-
-    def _stats(self) -> dict:
-        return {
-            "node": self.node,
-            "procs": len(self.procs),
-            "running": sum(st.running for st in self.procs.values()),
-            "switches": self.switches,
-            "envelope_cpu_s": self.envelope.cpu_usage_s(),
-            "nic": self.nic.stats(),
-        }

@@ -1,11 +1,11 @@
 """The coordinator: the real-process backend of the decision core (testbed/core/decision.py). It submits
-jobs at
-their arrival times, calls the global policy's tick on time, starts and kills jobs' processes on their
-nodes, announces gang switches ahead of time, and turns process exits, CPU per quantum, scripted faults
-and dead nodes into the core's inputs.
+jobs at their arrival times, calls the global policy's tick on time, starts and kills jobs' processes on
+their nodes, announces gang switches ahead of time, and turns process exits, CPU per quantum, scripted
+faults and dead nodes into the core's inputs.
 
-Plain Python; ``testbed.emulator.backend`` wraps it as a Ray actor. Nodes are reached through proxies whose
-``call(method, *args)`` returns a ``concurrent.futures.Future``, so this module does not depend on Ray.
+Plain Python; ``testbed.emulator.actors`` wraps it as a Ray actor (``CoordinatorActor``). Nodes are
+reached through proxies whose ``call(method, *args)`` returns a ``concurrent.futures.Future``, so this
+module does not depend on Ray.
 """
 
 from __future__ import annotations
