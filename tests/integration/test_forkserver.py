@@ -19,8 +19,10 @@ from testbed.emulator.mechanism.forkserver import ForkedWorker, ForkServer, serv
 from testbed.emulator.mechanism.process import SpawnError, Worker
 from testbed.janitor import marked_processes
 
+from ..conftest import requires
+
 _V1_WHY = envmod.probe_v1()
-needs_v1 = pytest.mark.skipif(_V1_WHY is not None, reason=f"cgroup v1 envelope not usable here: {_V1_WHY}")
+needs_v1 = requires(_V1_WHY is None, f"cgroup v1 envelope not usable here: {_V1_WHY}")
 
 # A worker module that reports what it got, first thing (the server imports it from its cwd).
 REPORT = r"""
