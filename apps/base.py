@@ -32,19 +32,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
+from testbed.apps.environ import APP
 from testbed.apps.reports import DEADLINES_MET, DEADLINES_MISSED
+from testbed.apps.wire import SEND_WAITS as SEND_WAITS  # the wait modes: defined there, used here
+from testbed.apps.wire import WAIT_MODES as WAIT_MODES
+from testbed.apps.work import WORK_UNIT_S as WORK_UNIT_S  # the work unit: defined there (the worker's side)
 
 if TYPE_CHECKING:
     from testbed.apps.worker import WorkerContext
 
-#: One work unit is this much CPU time on a node of CPU rate 1.0 (emulated seconds).
-WORK_UNIT_S = 0.001
-
-#: How a process waits for a message (tbcomm and the simulator): burning CPU, blocked in the kernel, or
-#: spinning ``spin_time_us`` first and then blocking.
-WAIT_MODES = ("spin", "block", "spin-block")
-#: How a send waits for the receiving NIC's acknowledgement; "none" does not wait (no acknowledgement).
-SEND_WAITS = ("none", *WAIT_MODES)
+#: A wait mode as a config field's type: one of :data:`WAIT_MODES` (apps/wire.py, the one list).
+WaitMode = Literal[WAIT_MODES]  # type: ignore[valid-type]
 
 
 class AppConfig(BaseModel):
@@ -60,7 +58,7 @@ class MessagingConfig(AppConfig):
     ask for. The scheduler may impose its own (a coscheduling scheme is tied to its wait mode): see
     ``schedulers.base.job_wait``."""
 
-    wait_mode: Literal["spin", "block", "spin-block"] = Field(
+    wait_mode: WaitMode = Field(
         "block", description="how a receive waits, unless the scheduler imposes its own"
     )
     spin_time_us: float = Field(300.0, ge=0, description="spin-block: emulated us spent spinning first")
@@ -340,7 +338,7 @@ class ProgramKind:
 
         return Launch(
             (sys.executable, "-m", "testbed.apps.worker"),
-            {"TB_APP": cfg.model_dump_json()},
+            {APP: cfg.model_dump_json()},
         )
 
     @classmethod

@@ -8,10 +8,11 @@ computed by every process from n, so policy, head and workers agree on it withou
 * **Head.** Sends worker j (j = 0..n-1) its chunk of ``alpha_j * sigma`` units, ``unit_bytes`` real bytes
   a unit, through tbcomm, one chunk after another: chunk j occupies the head's link for ``ST + alpha_j *
   sigma * Cms`` emulated seconds and is handed over when that time is up, counted from the job's start
-  (``TB_START_S``), so the head process's own start-up overlaps the first chunk (the head paces its own link;
-  the NICs emulate the receiving side only, and a cluster's network latency and bandwidth come on top,
-  so divisible scenarios leave them at 0 / unlimited). It then waits for each worker's finish notice,
-  and reports the task's deadline (met when the last worker finished by A + D) and the bytes it sent.
+  (``TB_START_S``, apps/environ.py), so the head process's own start-up overlaps the first chunk (the head
+  paces its own link; the NICs emulate the receiving side only, and a cluster's network latency and
+  bandwidth come on top, so divisible scenarios leave them at 0 / unlimited). It then waits for each
+  worker's finish notice, and reports the task's deadline (met when the last worker finished by A + D)
+  and the bytes it sent.
 * **Worker.** Receives its chunk, computes over its bytes (CRC-32 passes) for ``SC + alpha_j * sigma *
   Cps`` emulated seconds of CPU on its node (scaled to the node's CPU rate, so a slower node takes the
   same emulated time the policies planned with), reports the bytes it received and its finish time
@@ -181,9 +182,7 @@ class Divisible(ProgramKind):
     def run(cls, cfg: DivisibleConfig, ctx) -> None:
         from testbed.apps.worker import WorkerError
 
-        from testbed.core.clock import Clock
-
-        clock = Clock.from_env(ctx.env)
+        clock = ctx.clock
         workers = ctx.size - 1
         if workers < 1:
             raise WorkerError(
@@ -193,8 +192,7 @@ class Divisible(ProgramKind):
         if ctx.rank == workers:  # the head
             chunks = [_payload(nbytes[j], j) for j in range(workers)]
             comm = ctx.connect()
-            start = ctx.env.get("TB_START_S")
-            origin = float(start) if start else clock.now()
+            origin = ctx.start_s if ctx.start_s is not None else clock.now()
             for j, _ in pace(cfg, alphas, origin, clock.now, lambda t: _sleep_until(clock, t)):
                 comm.send(j, chunks[j], TAG_CHUNK)
             ctx.progress("bytes", sum(nbytes))

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.apps.base import WORK_UNIT_S
+from testbed.apps.work import WORK_UNIT_S
 
 #: Profile run time (compute only, dedicated) as a fraction of table 2's class-A execution time.
 TIME_SCALE = 0.25
@@ -97,12 +97,3 @@ def get(name: str) -> Profile:
     if p is None:
         raise ValueError(f"unknown profile {name!r}; known profiles: {', '.join(PROFILES)}")
     return p
-
-
-def messages_per_compute_s(cfg, size: int) -> float:
-    """Messages one process of a synthetic job (``cfg``, resolved) sends per emulated second of compute
-    (rate 1): the intensity measure."""
-    from testbed.apps.synthetic import messages_per_iteration
-
-    c = cfg.gcomp * WORK_UNIT_S
-    return messages_per_iteration(cfg, size) / c if c > 0 else float("inf")

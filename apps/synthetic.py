@@ -128,6 +128,13 @@ def messages_per_iteration(cfg: SyntheticConfig, size: int) -> float:
     return cfg.msgs * sent / size
 
 
+def messages_per_compute_s(cfg: SyntheticConfig, size: int) -> float:
+    """Messages one process of a synthetic job (``cfg``, resolved) sends per emulated second of compute
+    (rate 1): the intensity measure by which the profiles (apps/profiles.py) are ranked."""
+    c = cfg.gcomp * WORK_UNIT_S
+    return messages_per_iteration(cfg, size) / c if c > 0 else float("inf")
+
+
 class Synthetic(ProgramKind):
     name = "synthetic"
     summary = "paper 002's compute / real file I/O / barrier program, or paper 000's point-to-point patterns"
@@ -283,4 +290,11 @@ def _exchange(comm, plan: tuple[bool, tuple[int, ...], tuple[int, ...]], payload
             comm.send(d, payload, tag)
 
 
-__all__ = ["PATTERNS", "Synthetic", "SyntheticConfig", "messages_per_iteration", "pattern_plan"]
+__all__ = [
+    "PATTERNS",
+    "Synthetic",
+    "SyntheticConfig",
+    "messages_per_compute_s",
+    "messages_per_iteration",
+    "pattern_plan",
+]

@@ -37,16 +37,37 @@ import socket
 import struct
 import time
 
-# Wire format: kept in sync by hand with testbed/emulator/nic.py (which documents each frame).
-HEADER = struct.Struct("!IBBHiii")
-HELLO, PEER, GO, DATA, RECV, BLOCKED, COLL_ENTER, COLL_LEAVE, PROGRESS, ERROR, BYE, ACK = range(1, 13)
-DELIVERED, SEND_BLOCKED = 13, 14  # 15, 16: NIC to NIC only
-MODES = ("block", "spin", "spin-block")
-SEND_WAITS = ("none", "spin", "block", "spin-block")
-_PROGRESS_VALUE = struct.Struct("!d")
+from testbed.apps.environ import JobEnv, NodeEnv
+from testbed.apps.wire import (
+    ACK,
+    ANY,
+    BLOCKED,
+    BYE,
+    COLL_ENTER,
+    COLL_LEAVE,
+    DATA,
+    DELIVERED,
+    ERROR,
+    GO,
+    HEADER,
+    HELLO,
+    MAX_ACKS,
+    PEER,
+    PROGRESS,
+    PROGRESS_VALUE,
+    RECV,
+    SEND_BLOCKED,
+    SEND_WAITS,
+    SPIN,
+    SPIN_BLOCK,
+    WAIT_MODES,
+    local_socket_name,
+    matches,
+    split_address,
+)
+
 _F64 = struct.Struct("!d")
 
-ANY = -1
 # Negative tags are the collectives' own, so a user's ANY-tag receive never takes one of their messages.
 TAG_BARRIER = -2
 TAG_BCAST = -3
@@ -54,14 +75,6 @@ TAG_REDUCE = -4
 
 _HSIZE = HEADER.size
 _DONTWAIT = socket.MSG_DONTWAIT
-_MAX_ACKS = 0xFFFF
-
-
-def _matches(msg_src: int, msg_tag: int, want_src: int, want_tag: int) -> bool:
-    # Same rule as the NIC's: ANY tag matches user tags only (negative tags are the collectives').
-    if want_src != ANY and msg_src != want_src:
-        return False
-    return msg_tag == want_tag or (want_tag == ANY and msg_tag >= 0)
 
 
 class CommError(RuntimeError):
@@ -73,25 +86,6 @@ class PeerGone(CommError):
     not the cause (the worker exits with its own code for it, so the cause can be told apart)."""
 
 
-def _split(addr: str) -> tuple[str, int]:
-    host, _, port = addr.rpartition(":")
-    return host, int(port)
-
-
-def local_socket_name(addr: str) -> str | None:
-    """The abstract Unix socket a NIC at loopback ``addr`` also listens on (None for another address).
-
-    A loopback address and an abstract socket are reachable from exactly the same places (one network
-    namespace), and a Unix socket hop costs about 30 % less than a loopback TCP one here (5.3-6.7 against
-    7.5-9.4 us one way, ping-pong): so on one host every tbcomm hop takes the Unix socket."""
-    host, port = _split(addr)
-    if host in ("127.0.0.1", "::1", "localhost") or host.startswith("127."):
-        # The host too: two loopback addresses (127.0.0.2, 127.0.0.3: two Ray nodes of one machine) may
-        # each have a NIC on the same port.
-        return f"\0testbed-nic-{host}-{port}"
-    return None
-
-
 def _connect(addr: str, timeout: float) -> socket.socket:
     # A plain connect to the numeric address: create_connection would resolve it with getaddrinfo, whose
     # first call in a process loads the resolver's libraries (milliseconds of a worker's start-up).
@@ -100,7 +94,7 @@ def _connect(addr: str, timeout: float) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         target = name
     else:
-        host, port = _split(addr)
+        host, port = split_address(addr)
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         target = (host, port)
     try:
@@ -135,8 +129,8 @@ class Comm:
     ) -> None:
         if not 0 <= rank < len(nics):
             raise CommError(f"rank {rank} out of range for {len(nics)} NIC addresses")
-        if mode not in MODES:
-            raise CommError(f"unknown wait mode {mode!r}; use one of {', '.join(MODES)}")
+        if mode not in WAIT_MODES:
+            raise CommError(f"unknown wait mode {mode!r}; use one of {', '.join(WAIT_MODES)}")
         if send_wait not in SEND_WAITS:
             raise CommError(f"unknown send wait {send_wait!r}; use one of {', '.join(SEND_WAITS)}")
         self.job = job
@@ -184,20 +178,20 @@ class Comm:
 
     @classmethod
     def from_env(cls, env=os.environ) -> Comm:
+        """From the job's and the node's parts of the worker's environment (apps/environ.py)."""
         try:
-            nics = env["TB_NICS"].split(",")
-            timeout = env.get("TB_RECV_TIMEOUT_S")
+            job, node = JobEnv.from_env(env), NodeEnv.from_env(env)
             return cls(
-                env["TB_JOB"],
-                int(env["TB_RANK"]),
-                nics,
-                env.get("TB_NODE_NIC") or nics[int(env["TB_RANK"])],
-                tdf=float(env.get("TB_TDF", "1")),
-                mode=env.get("TB_WAIT_MODE", "block"),
-                spin_us=float(env.get("TB_SPIN_US", "300")),
-                send_wait=env.get("TB_SEND_WAIT") or "none",
-                recv_timeout_s=float(timeout) if timeout else None,
-                node=int(env["TB_NODE"]) if env.get("TB_NODE") else None,
+                job.job,
+                job.rank,
+                list(job.nics),
+                node.node_nic or job.nics[job.rank],
+                tdf=node.clock.tdf,
+                mode=job.wait_mode,
+                spin_us=job.spin_us,
+                send_wait=job.send_wait,
+                recv_timeout_s=job.recv_timeout_s,
+                node=node.node,
             )
         except KeyError as exc:
             raise CommError(f"environment variable {exc.args[0]} is not set (the agent sets it)") from None
@@ -216,8 +210,8 @@ class Comm:
 
     def _take_acks(self) -> int:
         n = self._acks
-        if n > _MAX_ACKS:
-            n = _MAX_ACKS
+        if n > MAX_ACKS:
+            n = MAX_ACKS
         self._acks -= n
         return n
 
@@ -289,9 +283,9 @@ class Comm:
     def _recv(self, src: int, tag: int, mode: str | None) -> tuple[int, int, bytes]:
         mode = mode or self.mode
         try:
-            mcode = MODES.index(mode)
+            mcode = WAIT_MODES.index(mode)
         except ValueError:
-            raise CommError(f"unknown wait mode {mode!r}; use one of {', '.join(MODES)}") from None
+            raise CommError(f"unknown wait mode {mode!r}; use one of {', '.join(WAIT_MODES)}") from None
         if self._standing:
             return self._recv_standing(src, tag, mcode)
         sock = self._local
@@ -300,9 +294,9 @@ class Comm:
         except OSError as exc:
             raise CommError(f"own NIC {self.node_nic} is gone: {exc}") from exc
         deadline = None if self.recv_timeout_s is None else time.monotonic() + self.recv_timeout_s
-        if mcode == 1:
+        if mcode == SPIN:
             self._spin(sock, deadline)
-        elif mcode == 2:
+        elif mcode == SPIN_BLOCK:
             if self._spin(sock, time.monotonic() + self.spin_us * 1e-6 * self.tdf, deadline):
                 try:
                     sock.sendall(HEADER.pack(0, BLOCKED, 0, 0, 0, 0, 0))
@@ -319,7 +313,7 @@ class Comm:
         """Standing receive: take the first pushed message that matches, waiting for more as needed."""
         inbox = self._inbox
         for i, msg in enumerate(inbox):
-            if _matches(msg[0], msg[1], src, tag):
+            if matches(msg[0], msg[1], src, tag):
                 del inbox[i]
                 self._acks += 1
                 return msg
@@ -328,17 +322,17 @@ class Comm:
         sock = self._local
         deadline = None if self.recv_timeout_s is None else time.monotonic() + self.recv_timeout_s
         spin_until = None
-        if mcode == 2:
+        if mcode == SPIN_BLOCK:
             spin_until = time.monotonic() + self.spin_us * 1e-6 * self.tdf
         while True:
-            if mcode == 1:
+            if mcode == SPIN:
                 self._spin(sock, deadline)
             elif spin_until is not None:
                 if self._spin(sock, spin_until, deadline):
                     spin_until = None  # spun long enough: block from now on (no BLOCKED: nobody listens)
             ftype, a, _, c, body, _ = self._read_frame(sock, deadline)
             if ftype == DATA:
-                if _matches(a, c, src, tag):
+                if matches(a, c, src, tag):
                     self._acks += 1
                     return a, c, body
                 inbox.append((a, c, body))
@@ -501,7 +495,7 @@ class Comm:
     # ---------------------------------------------------------------------------------------------------
 
     def progress(self, unit: str, value: float) -> None:
-        body = _PROGRESS_VALUE.pack(float(value)) + unit.encode()
+        body = PROGRESS_VALUE.pack(float(value)) + unit.encode()
         try:
             self._local.sendall(HEADER.pack(len(body), PROGRESS, 0, self._take_acks(), 0, 0, 0) + body)
         except OSError as exc:
@@ -516,7 +510,7 @@ class Comm:
         for sock in self._socks.values():
             try:
                 if sock is self._local:
-                    while self._acks > _MAX_ACKS:
+                    while self._acks > MAX_ACKS:
                         sock.sendall(HEADER.pack(0, ACK, 0, self._take_acks(), 0, 0, 0))
                     sock.sendall(HEADER.pack(0, BYE, 0, self._take_acks(), 0, 0, 0))
                     continue

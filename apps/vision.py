@@ -255,11 +255,7 @@ class Vision(ProgramKind):
                 f"here, more than its work_units ({phi_s * 1000:g} ms): raise work_units or lower "
                 "width/height"
             )
-        tdf, t0_real = float(ctx.env.get("TB_TDF", "1")), float(ctx.env["TB_T0"])
-
-        def now() -> float:
-            return (time.monotonic() - t0_real) / tdf
-
+        now, tdf = ctx.clock.now, ctx.clock.tdf
         comm = ctx.connect()
         d, due_after = cfg.period_s, cfg.buffer * cfg.period_s
         start = now()

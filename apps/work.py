@@ -1,8 +1,8 @@
 """The CPU work kernel of the synthetic programs.
 
-One work unit is ``WORK_UNIT_S`` of the calling thread's own CPU time at CPU rate 1.0 (testbed.core.jobs). A
-node's quota makes it a full-speed CPU for part of each period, so one ms of thread CPU time is one unit
-whatever the TDF; a slower node simply takes longer (in wall time) to deliver it.
+One work unit is ``WORK_UNIT_S`` of the calling thread's own CPU time at CPU rate 1.0. A node's quota
+makes it a full-speed CPU for part of each period, so one ms of thread CPU time is one unit whatever the
+TDF; a slower node simply takes longer (in wall time) to deliver it.
 
 :func:`work` burns until the thread's CPU clock (``CLOCK_THREAD_CPUTIME_ID``: the scheduler's own
 nanosecond count, current to the call) has advanced by the units asked for. It replaced a loop of
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import time
 
-#: Must equal testbed.core.jobs.WORK_UNIT_S (a test checks it); not imported from there because that module
-#: pulls in the policy types, and a worker's import time matters.
+#: One work unit is this much CPU time on a node of CPU rate 1.0 (emulated seconds). The one definition:
+#: apps/base.py (the kinds' interface, and through it testbed.core.jobs) takes it from here, a module a
+#: worker imports without pydantic or the policy types.
 WORK_UNIT_S = 0.001
 _UNIT_NS = 1_000_000
 

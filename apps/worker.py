@@ -1,12 +1,11 @@
 """The generic worker: ``python -m testbed.apps.worker`` runs one process of a job, of any program kind.
 
 The node agent starts it with the job's typed config as JSON in ``TB_APP`` (apps/base.py,
-:meth:`ProgramKind.launch`) and the node's and job's settings in the environment: ``TB_JOB``,
-``TB_RANK``, ``TB_SIZE``, ``TB_NICS`` (tbcomm), ``TB_WAIT_MODE`` / ``TB_SPIN_US`` / ``TB_SEND_WAIT`` (how
-this job waits, once: tbcomm reads them), ``TB_TDF`` / ``TB_T0`` (the clock), ``TB_IO_DIR`` (absolute: the
-node's folder for real I/O files), ``TB_MEMORY_MB`` (memory each process keeps resident), ``TB_START_S``
-(when the policy started the job, emulated s; the Ray backend sets it). It rebuilds the
-config with the kind's own model, allocates the memory, and calls the kind's ``run``.
+:meth:`ProgramKind.launch`) and the job's and the node's settings in the environment (apps/environ.py
+names, builds and reads them all: the job's id, rank and NICs, how it waits, the memory each process
+keeps resident; the clock, the node's NIC and its folder for real I/O files; when the policy started the
+job). It rebuilds the config with the kind's own model, allocates the memory, and calls the kind's
+``run``.
 
 Exit 0 on success; otherwise one line on stderr saying why (the agent records it as the job's failure
 reason) and a non-zero exit: :data:`EXIT_PEER_GONE` when this rank failed only because a peer of its job
@@ -19,6 +18,8 @@ import json
 import os
 import sys
 from collections.abc import Mapping
+
+from testbed.apps.environ import APP, IO_DIR, JOB, RANK, JobEnv, NodeEnv, start_s
 
 #: The exit code of a rank that failed because its job had already failed elsewhere (a peer went away).
 EXIT_PEER_GONE = 3
@@ -49,14 +50,18 @@ class WorkerContext:
     def __init__(self, env: Mapping[str, str]) -> None:
         self.env = env
         try:
-            self.job = env["TB_JOB"]
-            self.rank = int(env["TB_RANK"])
-            self.size = int(env["TB_SIZE"])
+            job = JobEnv.from_env(env)
         except KeyError as exc:
             raise WorkerError(f"environment variable {exc.args[0]} is not set (the agent sets it)") from None
-        self.tdf = float(env.get("TB_TDF", "1"))
-        self.io_dir = env.get("TB_IO_DIR") or None
-        self.memory = allocate(float(env.get("TB_MEMORY_MB", "0") or 0))
+        node = NodeEnv.from_env(env)
+        self.job, self.rank, self.size = job.job, job.rank, job.size
+        #: The run's clock (emulated seconds: ``clock.now()``).
+        self.clock = node.clock
+        self.tdf = node.clock.tdf
+        self.io_dir = node.io_dir
+        #: When the policy started the job (emulated s), where the backend says (the Ray backend does).
+        self.start_s = start_s(env)
+        self.memory = allocate(job.memory_mb)
         self.comm = None
 
     def connect(self):
@@ -80,9 +85,9 @@ class WorkerContext:
 
     def io_path(self, name: str) -> str:
         if not self.io_dir:
-            raise WorkerError("TB_IO_DIR is not set, but this program writes real files there")
+            raise WorkerError(f"{IO_DIR} is not set, but this program writes real files there")
         if not os.path.isabs(self.io_dir):
-            raise WorkerError(f"TB_IO_DIR must be absolute, got {self.io_dir!r}")
+            raise WorkerError(f"{IO_DIR} must be absolute, got {self.io_dir!r}")
         return os.path.join(self.io_dir, name)
 
     def progress(self, unit: str, value: float) -> None:
@@ -96,10 +101,10 @@ def main(env: Mapping[str, str] | None = None) -> int:
     from testbed.apps.tbcomm import CommError, PeerGone
 
     env = os.environ if env is None else env
-    who = f"job {env.get('TB_JOB', '?')} rank {env.get('TB_RANK', '?')}"
+    who = f"job {env.get(JOB, '?')} rank {env.get(RANK, '?')}"
     ctx = None
     try:
-        doc = json.loads(env["TB_APP"])
+        doc = json.loads(env[APP])
         kind = registry.get(doc.get("kind", registry.DEFAULT))
         cfg = kind.Config.model_validate(doc)
         who = f"{kind.name}: {who}"

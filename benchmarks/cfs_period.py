@@ -4,8 +4,8 @@ A CFS quota makes an emulated node a full-speed CPU for ``quota`` of every ``per
 a sleep (I/O) that falls in the throttled part of a period costs the job nothing. So a job that would be
 ``busy`` x 100 % busy on the slow CPU it emulates uses more of its node than that. This benchmark runs,
 in real node envelopes (testbed.emulator.mechanism.envelope, cgroup v1), N/2 nodes of such a job and N/2
-nodes of
-a compute-bound job, for each period, and prints the measured utilisation (CPU used / (wall x rate)).
+nodes of a compute-bound job, for each period, and prints the measured utilisation (CPU used / (wall x
+rate)).
 The baseline is the default period (100 ms) measured in the same run.
 
     python benchmarks/cfs_period.py                 # 8 nodes, periods 100/20/10 ms, 6 s each (~2 min)
@@ -25,7 +25,7 @@ import sys
 import time
 
 from testbed.core.clock import auto_tdf
-from testbed.emulator.mechanism.envelope import make_envelope
+from testbed.emulator.mechanism.envelopes import make_envelope
 
 
 def worker(burst_cpu_s: float, sleep_s: float, seconds: float) -> None:

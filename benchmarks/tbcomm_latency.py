@@ -155,6 +155,8 @@ def raw_pair() -> _Pair:
 
 
 def tbcomm_pair(report_messages: bool) -> _Pair:
+    from testbed.apps.environ import JobEnv, NodeEnv
+
     from testbed.core.clock import Clock
     from testbed.emulator.loop import LoopThread
     from testbed.emulator.mechanism.priority import raise_thread_priority
@@ -180,9 +182,8 @@ def tbcomm_pair(report_messages: bool) -> _Pair:
     procs = []
     for rank in range(2):
         env = dict(os.environ)
-        env.update(clock.to_env())
-        env.update(TB_JOB="bench", TB_RANK=str(rank), TB_SIZE="2", TB_NICS=",".join(addrs),
-                   TB_NODE_NIC=addrs[rank], TB_WAIT_MODE="block")  # fmt: skip
+        env.update(NodeEnv(clock, node_nic=addrs[rank]).to_env())
+        env.update(JobEnv("bench", rank, tuple(addrs), wait_mode="block").to_env())
         procs.append(_popen(["-c", TBCOMM_WORKER], env=env))
     return _Pair(procs[0], procs[1:], cleanup)
 

@@ -3,8 +3,7 @@
 Policies here are pure and deterministic. They never sleep, do I/O, read the wall clock or talk to Ray:
 time arrives as the ``now`` argument (emulated seconds), randomness comes from the ``seed`` they are given.
 The same objects drive the real-process emulator (``testbed.emulator.coordinator`` /
-``testbed.emulator.agent``) and the
-discrete-event simulator (``testbed.sim``).
+``testbed.emulator.agent``) and the discrete-event simulator (``testbed.sim``).
 
 Two roles:
 
@@ -422,8 +421,8 @@ class Scheduler:
     #: The scheduler's parameters (:mod:`~testbed.schedulers.params`): types, bounds, rules, defaults and
     #: descriptions. The policies receive an instance, validated from the scenario's mapping.
     Params: ClassVar[type[PolicyParams]] = PolicyParams
-    #: Parameter name -> default, derived from ``Params``. A scheduler may instead declare ``defaults``
-    #: (and ``allocation_defaults``) as plain dicts: it then gets a model that checks the names only.
+    #: Parameter name -> default, derived from ``Params``. A scheduler may instead declare ``defaults`` as a
+    #: plain dict: it then gets a model that checks the names only.
     defaults: ClassVar[Mapping[str, Any]] = {}
     #: How every job's processes wait for a message under this scheduler ("spin", "block", "spin-block";
     #: None keeps each job's own ``wait_mode``), and the spin time in us that goes with "spin-block" (None
@@ -437,19 +436,16 @@ class Scheduler:
     #: over, as always), or until the receiving node's NIC acknowledges the message: "spin", "block" or
     #: "spin-block" (spinning the job's spin time first). Always forced on the jobs (no scenario setting).
     send_wait: ClassVar[str] = "none"
-    #: Legacy: parameters accepted on top of a plain ``defaults`` dict (see ``defaults``).
-    allocation_defaults: ClassVar[Mapping[str, Any]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         own = vars(cls)
         if "Params" in own:
-            if "defaults" in own or "allocation_defaults" in own:
+            if "defaults" in own:
                 raise TypeError(f"{cls.__name__}: declare Params or defaults, not both")
             cls.defaults = _params.defaults(cls.Params)
-            cls.allocation_defaults = {}
-        elif "defaults" in own or "allocation_defaults" in own:
-            cls.Params = _params.untyped(cls.__name__, {**cls.defaults, **cls.allocation_defaults})
+        elif "defaults" in own:
+            cls.Params = _params.untyped(cls.__name__, cls.defaults)
 
     @classmethod
     def all_defaults(cls) -> dict[str, Any]:

@@ -13,7 +13,9 @@ called synchronously by the driver at a normal end) means:
 * every process whose environment has ``TESTBED_RUN_ID=ID`` (``process.spawn`` puts it there and children
   inherit it; the driver sets it before starting Ray, so Ray's own processes for the run carry it too),
   and every process inside a cgroup under ``testbed/ID`` in any hierarchy, gets SIGKILL, its freezer
-  cgroup is thawed (a frozen task does not act on SIGKILL until thawed), then SIGCONT;
+  cgroup is thawed (a frozen task does not act on SIGKILL until thawed), then SIGCONT. The testbed
+  itself freezes nothing; a node's processes may still sit in a frozen cgroup (a container paused with
+  ``docker pause``, a v1 freezer cgroup left by an earlier version), and must die all the same;
 * every cgroup under ``testbed/ID`` in every hierarchy is removed, children first, and ``testbed/`` too if
   no other run uses it;
 * every container labelled ``testbed.run_id=ID`` (the docker envelope's) is removed through the daemon,
@@ -41,9 +43,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testbed.apps.environ import MARK_NODE
+from testbed.apps.environ import MARK_RUN_ID as RUN_ID_ENV  # the name other modules import it by here
 from testbed.emulator.mechanism.envelope import TOP, cgroup_mounts, rmdir_up
 
-RUN_ID_ENV = "TESTBED_RUN_ID"
 _NEEDLE = RUN_ID_ENV.encode() + b"="
 POLL_S = 0.2
 KILL_TIMEOUT_S = 5.0
@@ -297,7 +300,7 @@ def start_janitor(
     ``run_dir``, it rebuilds that run's results if the watched processes die. ``session_nice`` = (session
     id, autogroup nice): put that session's autogroup back to it if they die
     (priority.raise_session_group)."""
-    env = {k: v for k, v in os.environ.items() if k not in (RUN_ID_ENV, "TESTBED_NODE")}
+    env = {k: v for k, v in os.environ.items() if k not in (RUN_ID_ENV, MARK_NODE)}
     argv = [sys.executable, "-m", "testbed.janitor", "--run-id", run_id]
     for pid in watch_pids:
         argv += ["--watch", str(pid)]

@@ -126,7 +126,7 @@ def _check_envelope(scn: Scenario, usable: dict[str, str | None], where: str) ->
     if usable.get(kind) is not None:
         raise PreflightError(
             f"{where}cluster.envelope: {kind} is not available here ({usable[kind]}); run as root with "
-            "the cpu, cpuacct and freezer controllers mounted read-write, or set cluster.envelope: none "
+            "the cpu and cpuacct controllers mounted read-write, or set cluster.envelope: none "
             "(CPU rate then NOT fixed)"
         )
     tdf = effective_tdf(scn)

@@ -12,6 +12,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from testbed.apps.environ import RunClock
+
 
 def host_cores() -> int:
     try:
@@ -54,20 +56,14 @@ def localize(t_mono: float, where: tuple[str, float]) -> float:
 
 
 @dataclass(frozen=True)
-class Clock:
-    tdf: float
-    t0: float  # CLOCK_MONOTONIC reading (real seconds) of emulated time 0
+class Clock(RunClock):
+    """The run's clock: ``tdf`` and ``t0`` (CLOCK_MONOTONIC reading, real seconds, of emulated time 0).
+    :class:`~testbed.apps.environ.RunClock` holds what a worker needs too (``now``, ``real_at``, and the
+    clock's part of a worker's environment); this adds what the driver and the agents need."""
 
     @classmethod
     def starting_now(cls, tdf: float, delay_real: float = 0.0) -> Clock:
         return cls(tdf=tdf, t0=time.monotonic() + delay_real)
-
-    def now(self) -> float:
-        return (time.monotonic() - self.t0) / self.tdf
-
-    def real_at(self, t_emu: float) -> float:
-        """CLOCK_MONOTONIC reading at emulated time ``t_emu``."""
-        return self.t0 + t_emu * self.tdf
 
     def emu_at(self, t_real: float) -> float:
         return (t_real - self.t0) / self.tdf
@@ -75,10 +71,3 @@ class Clock:
     def real(self, d_emu: float) -> float:
         """Real duration of an emulated duration."""
         return d_emu * self.tdf
-
-    def to_env(self) -> dict[str, str]:
-        return {"TB_TDF": repr(self.tdf), "TB_T0": repr(self.t0)}
-
-    @classmethod
-    def from_env(cls, env=os.environ) -> Clock:
-        return cls(tdf=float(env.get("TB_TDF", "1")), t0=float(env.get("TB_T0", repr(time.monotonic()))))

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from testbed.core import events as ev
-from testbed.core.jobs import Job, JobState, OnNodeDown
+from testbed.core.jobs import Job, JobState
+from testbed.core.kinds import OnNodeDown
 from testbed.schedulers.base import Dispatch, GlobalAction, GlobalPolicy, Kill, Reject, Requeue, Start
 
 
@@ -205,9 +206,6 @@ class DecisionCore:
         for rec in self.jobs.values():
             out[rec.state] = out.get(rec.state, 0) + 1
         return out
-
-    def running_on(self, node: int) -> list[JobRecord]:
-        return [r for r in self.jobs.values() if r.state == JobState.RUNNING and node in r.nodes]
 
     # ----------------------------------------------------------------------------------------------------
     # Applying the policy's actions

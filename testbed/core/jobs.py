@@ -10,6 +10,7 @@ from enum import Enum
 
 from testbed.apps import registry as kinds
 from testbed.apps.base import SEND_WAITS, WAIT_MODES, WORK_UNIT_S, AppConfig, Launch, ProgramKind, WaitSpec
+from testbed.apps.environ import JobEnv
 from testbed.schedulers.base import JobSpec
 
 __all__ = ["SEND_WAITS", "WAIT_MODES", "WORK_UNIT_S", "Job", "JobSpec", "JobState", "WaitSpec"]
@@ -47,27 +48,6 @@ class JobState(StrEnum):
 FINAL = (JobState.FINISHED, JobState.FAILED, JobState.KILLED, JobState.REJECTED)
 
 
-class OnNodeDown(StrEnum):
-    """What becomes of the jobs running on a node that goes down (the scenario's ``faults.on_node_down``)."""
-
-    FAIL = "fail"
-    REQUEUE = "requeue"
-
-
-class FaultKind(StrEnum):
-    DOWN = "down"  # the node fails: its processes die, it takes no new ones
-    UP = "up"  # it is back, empty
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A scripted node fault (the scenario's ``faults.script``), at emulated time ``at_s``."""
-
-    at_s: float
-    node: int
-    kind: FaultKind
-
-
 @dataclass(frozen=True)
 class Job:
     spec: JobSpec
@@ -98,15 +78,6 @@ class Job:
         number is the job's processes in this start), how they wait (read once, by tbcomm) and the
         memory each keeps resident."""
         base = self.kind.launch(self.app, rank, len(nics))
-        env = {
-            **base.env,
-            "TB_JOB": self.job_id,
-            "TB_RANK": str(rank),
-            "TB_SIZE": str(len(nics)),
-            "TB_NICS": ",".join(nics),
-            "TB_WAIT_MODE": self.wait.mode,
-            "TB_SPIN_US": repr(float(self.wait.spin_us)),
-            "TB_SEND_WAIT": self.wait.send_wait,
-            "TB_MEMORY_MB": repr(float(self.spec.memory_mb)),
-        }
-        return Launch(base.argv, env)
+        w = self.wait
+        job = JobEnv(self.job_id, rank, tuple(nics), w.mode, w.spin_us, w.send_wait, self.spec.memory_mb)
+        return Launch(base.argv, {**base.env, **job.to_env()})

@@ -5,9 +5,8 @@ policy through the mechanism (stop/continue, nice), samples per-process CPU time
 gang slots on its own timer at the announced emulated time, hosts the node's NIC, and records events.
 
 All state lives on one loop thread (``LoopThread``); public methods may be called from any thread (Ray's
-executor threads) and marshal onto it. The class is plain Python; ``testbed.emulator.backend`` wraps it as
-a Ray
-actor.
+executor threads) and marshal onto it. The class is plain Python; ``testbed.emulator.actors`` hosts it in
+a Ray actor (``AgentHost``, several agents per actor process).
 """
 
 from __future__ import annotations
@@ -23,13 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.apps.environ import NodeEnv, leftover_marks
 from testbed.core import events as ev
 from testbed.core.clock import Clock
 from testbed.core.messages import NodeError, ProcExit, QuantumUsage
 from testbed.core.observe import Observer
 from testbed.emulator.control import KillJob, Ping, SetDown, StartProc, SwitchSlot
 from testbed.emulator.loop import LoopThread
-from testbed.emulator.mechanism.envelope import make_envelope
+from testbed.emulator.mechanism.envelopes import make_envelope
 from testbed.emulator.mechanism.forkserver import ForkServer
 from testbed.emulator.mechanism.priority import raise_process_nice, raise_thread_priority
 from testbed.emulator.mechanism.process import BaseWorker
@@ -148,12 +148,10 @@ class NodeAgent:
         # Paired gang predicts from each process's CPU use per quantum: report it to the coordinator.
         self.report_quanta = getattr(self.sched.global_policy, "wants_utilization", False)
         self.procs: dict[Proc, _ProcState] = {}
-        self.exits: list[dict] = []
         self.notify: Callable[[Any], Any] | None = (
             None  # reports to the coordinator (testbed/core/messages.py)
         )
         self.down: str | None = None  # why the node is down (a scripted fault), or None
-        self.switches = 0
         self.closed = False
         self._wakeup = None
         self._sampler = None
@@ -320,9 +318,6 @@ class NodeAgent:
 
         return self.lt.call(_set)
 
-    def stats(self) -> dict:
-        return self.lt.call(self._stats)
-
     def shutdown(self) -> dict:
         """Kills every worker (stopped ones included), removes the envelope, closes the log."""
         if self.closed:
@@ -375,17 +370,9 @@ class NodeAgent:
 
     def _env(self, extra: dict) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-        env.update(self.clock.to_env())
-        env.update(
-            {
-                "TB_RUN_ID": self.cfg.run_id,
-                "TB_NODE": str(self.node),
-                "TB_NODE_NIC": self.nic_address,
-                "TB_IO_DIR": str(self.run_dir / "io"),
-                "OMP_NUM_THREADS": "1",
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
+        node = NodeEnv(self.clock, self.cfg.run_id, self.node, self.nic_address, str(self.run_dir / "io"))
+        env.update(node.to_env())
+        env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
         env.update(extra)
         return env
 
@@ -443,7 +430,6 @@ class NodeAgent:
         rec = {"job": proc.job_id, "rank": proc.rank, "node": self.node, "code": code, "cpu_s": cpu,
                "reason": reason, "attempt": st.attempt}  # fmt: skip
         self.events.emit(ev.PROC_EXITED, t=now, **rec)
-        self.exits.append(rec)
         self._apply(self._decide(now, ProcExited(proc)))
         if not any(p.job_id == proc.job_id for p in self.procs):
             self.nic.drop_job(proc.job_id)  # frees messages nobody will consume
@@ -456,10 +442,9 @@ class NodeAgent:
         forked worker leads its own session) and, for a worker started by exec, the processes that carry
         its environment. Runs on the spawner thread: finding them reads /proc, which the loop's timers must
         not wait for."""
-        from testbed.janitor import RUN_ID_ENV, processes_with, session_members
+        from testbed.janitor import processes_with, session_members
 
-        mark = {RUN_ID_ENV: self.cfg.run_id, "TB_NODE": str(self.node), "TB_JOB": proc.job_id,
-                "TB_RANK": str(proc.rank)}  # fmt: skip
+        mark = leftover_marks(self.cfg.run_id, self.node, proc.job_id, proc.rank)
         candidates = self.envelope.pids() if self.envelope.fixes_rate else None
         left = sorted(set(processes_with(mark, candidates)) | set(session_members(pid, candidates)))
         for pid in left:
@@ -521,7 +506,6 @@ class NodeAgent:
         effect = self._apply(self._decide(self.clock.emu_at(t_real), SlotStart(slot, allowed)))
         if effect is None:
             effect = t_real  # nothing to change: the node was already in the slot's state
-        self.switches += 1
         e_emu = self.clock.emu_at(effect)
         self.events.emit(
             ev.SLOT_SWITCH,
@@ -679,13 +663,3 @@ class NodeAgent:
         self.events.emit(ev.RUN_ERROR, node=self.node, error=error, traceback=tb)
         if self.notify is not None:
             self.notify(NodeError(self.node, error, tb))
-
-    def _stats(self) -> dict:
-        return {
-            "node": self.node,
-            "procs": len(self.procs),
-            "running": sum(st.running for st in self.procs.values()),
-            "switches": self.switches,
-            "envelope_cpu_s": self.envelope.cpu_usage_s(),
-            "nic": self.nic.stats(),
-        }

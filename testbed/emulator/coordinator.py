@@ -1,8 +1,7 @@
 """The coordinator: the real-process backend of the decision core (testbed/core/decision.py). It submits
-jobs at
-their arrival times, calls the global policy's tick on time, starts and kills jobs' processes on their
-nodes, announces gang switches ahead of time, and turns process exits, CPU per quantum, scripted faults
-and dead nodes into the core's inputs.
+jobs at their arrival times, calls the global policy's tick on time, starts and kills jobs' processes on
+their nodes, announces gang switches ahead of time, and turns process exits, CPU per quantum, scripted
+faults and dead nodes into the core's inputs.
 
 Plain Python; testbed/emulator/actors.py wraps it as a Ray actor. Nodes are reached through handles
 whose ``send(command)`` returns a ``concurrent.futures.Future`` (testbed/emulator/control.py), so this
@@ -18,11 +17,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from testbed.apps.environ import start_env
 from testbed.apps.worker import EXIT_PEER_GONE
 from testbed.core import events as ev
 from testbed.core.clock import Clock
 from testbed.core.decision import DecisionCore
-from testbed.core.jobs import FINAL, Fault, FaultKind, Job, JobState, OnNodeDown
+from testbed.core.jobs import FINAL, Job, JobState
+from testbed.core.kinds import Fault, FaultKind, OnNodeDown
 from testbed.core.messages import NodeError, ProcExit, QuantumUsage, SlotSwitches
 from testbed.core.observe import Observer
 from testbed.emulator.control import KillJob, NodeCommand, NodeHandle, Ping, SetDown, StartProc, SwitchSlot
@@ -285,10 +286,10 @@ class Coordinator:
         attempt = self.core.jobs[job.job_id].starts
         # When the policy started the job (emulated s): a kind whose model starts its clock there, not
         # when its processes are up (the divisible head's link), reads it as TB_START_S.
-        started = repr(self._now())
+        started = start_env(self._now())
         for rank, node in enumerate(placed):
             launch = job.launch(rank, nics)
-            env = {**launch.env, "TB_START_S": started}
+            env = {**launch.env, **started}
             cmd = StartProc(job.job_id, rank, tuple(launch.argv), env, job.spec.job_class, attempt, job.spec)
             fut = self._send(node, cmd)
             fut.add_done_callback(lambda f, j=job.job_id, r=rank, n=node: self._started(f, j, r, n))

@@ -41,9 +41,8 @@ asyncio loop that called :meth:`Nic.start` (the agent's), in order, in batches. 
 :meth:`Nic.drop_job` may be called from any thread; :meth:`Nic.stats` and :meth:`Nic.unconsumed` read a
 snapshot; :meth:`Nic.start` and :meth:`Nic.close` are coroutines for that loop.
 
-Wire format (shared with :mod:`testbed.apps.tbcomm`): each frame is a 20-byte header
-``struct "!IBBHiii"`` = (body length, frame type, mode, reserved, a, b, c) followed by the body.
-See ``HEADER`` and the frame type constants below.
+Wire format: apps/wire.py, the one definition this NIC and :mod:`testbed.apps.tbcomm` share (each frame
+a 20-byte header ``struct "!IBBHiii"`` = (body length, frame type, mode, reserved, a, b, c), then the body).
 """
 
 from __future__ import annotations
@@ -57,14 +56,36 @@ import logging
 import os
 import select
 import socket
-import struct
 import threading
 import time
 import typing
 from collections import deque
 from dataclasses import dataclass, field
 
-from testbed.apps.tbcomm import local_socket_name
+from testbed.apps.wire import (
+    ACK,
+    BLOCKED,
+    BYE,
+    COLL_ENTER,
+    COLL_LEAVE,
+    DATA,
+    DELIVERED,
+    ERROR,
+    GO,
+    HEADER,
+    HELLO,
+    NIC_ACK,
+    NIC_HELLO,
+    PEER,
+    PROGRESS,
+    PROGRESS_VALUE,
+    RECV,
+    SEND_BLOCKED,
+    WAIT_MODES,
+    local_socket_name,
+    matches,
+    split_address,
+)
 from testbed.core.clock import Clock
 from testbed.emulator.mechanism.priority import raise_thread_priority
 from testbed.schedulers.base import (
@@ -81,39 +102,10 @@ from testbed.schedulers.base import (
 
 log = logging.getLogger(__name__)
 
-# --------------------------------------------------------------------------------------------------------
-# Wire format. Kept in sync by hand with testbed/apps/tbcomm.py, which must not import this module (a
-# worker's import time matters: it would pull in asyncio and the policy types).
-
-HEADER = struct.Struct("!IBBHiii")
-# The reserved field ("H"), in a frame a worker sends to its own NIC: how many pushed messages the worker
-# consumed since its previous frame (standing receive only; 0 otherwise). Other NICs ignore it.
-HELLO = 1  # worker -> own NIC: a=rank, b=pid, body=job id; the worker then waits for GO
-PEER = 2  # worker -> any NIC it sends to: a=rank, b=its node + 1 (0: unknown), body=job id + "\n" + own NIC
-GO = 3  # NIC -> worker: start; mode=1: standing receive (the NIC pushes messages, the worker sends no RECV)
-DATA = 4  # worker -> NIC: a=src rank, b=dst rank, c=tag, body=payload; forwarded unchanged to the receiver;
-# mode=1: the sender waits for the acknowledgement of the message's arrival here (DELIVERED)
-RECV = 5  # worker -> own NIC: mode=wait mode, a=src or ANY, c=tag or ANY; answered by one DATA or ERROR
-BLOCKED = 6  # worker -> own NIC: the pending RECV stopped spinning and now blocks
-COLL_ENTER = 7  # worker -> own NIC: body=op name
-COLL_LEAVE = 8  # worker -> own NIC: body=op name
-PROGRESS = 9  # worker -> own NIC: body=float64 value + unit name
-ERROR = 10  # NIC -> worker: body=reason; the pending RECV can never be satisfied
-BYE = 11  # worker -> NIC: clean close follows (an EOF without BYE means the worker died)
-ACK = 12  # worker -> own NIC: nothing but the acknowledgement count in the reserved field
-DELIVERED = 13  # NIC -> worker: its latest DATA with mode=1 is in the receiving NIC's buffer
-SEND_BLOCKED = 14  # worker -> own NIC: its wait for DELIVERED stopped spinning and blocks; a=its number
-# (the worker's count of DATA frames with mode=1), so one that crossed its DELIVERED on the wire is ignored
-NIC_HELLO = 15  # NIC -> NIC: first frame on a NIC-to-NIC connection; body=the connecting NIC's address
-NIC_ACK = 16  # NIC -> NIC: a=sender rank, body=job id: a DATA with mode=1 from that worker arrived
-
-ANY = -1
-MODES = ("block", "spin", "spin-block")  # index = mode byte in RECV
-_PROGRESS_VALUE = struct.Struct("!d")
+_DELIVERED = HEADER.pack(0, DELIVERED, 0, 0, 0, 0, 0)
 _RBUF = 65536  # receive buffer per connection; grows for a bigger frame, then shrinks back
 #: Real seconds between a worker's connection dropping without BYE and its job's receivers here failing.
 DEAD_PEER_GRACE_S = 0.1
-_DELIVERED = HEADER.pack(0, DELIVERED, 0, 0, 0, 0, 0)
 
 
 # timerfd through libc (os.timerfd_* is Python 3.13+): the emulated links' delays need microseconds.
@@ -181,13 +173,6 @@ class _Link:
     # acknowledgement the message asks for once it is here (job, sender rank, sender's NIC or None).
     queue: deque = field(default_factory=deque)
     armed: bool = False  # a drain of this link is in the timer heap
-
-
-def _matches(msg_src: int, msg_tag: int, want_src: int, want_tag: int) -> bool:
-    if want_src != ANY and msg_src != want_src:
-        return False
-    # ANY tag matches user tags only: negative tags are reserved for the collectives.
-    return msg_tag == want_tag or (want_tag == ANY and msg_tag >= 0)
 
 
 class _Conn:
@@ -315,6 +300,11 @@ class _Conn:
 
 class _ProtocolError(Exception):
     pass
+
+
+def _body(buf, off: int, end: int) -> bytes:
+    """The body of the frame at ``buf[off:end]``, a copy."""
+    return bytes(buf[off + HEADER.size : end])
 
 
 @dataclass(eq=False)
@@ -670,102 +660,130 @@ class Nic:
         return rx
 
     def _frame(self, conn: _Conn, ftype: int, mode: int, a: int, b: int, c: int, buf, off, end) -> None:
+        """One frame that came on ``conn``: its header's fields, its body ``buf[off + HEADER.size:end]``
+        (apps/wire.py says what each type carries). The data path's frames first."""
         if ftype == DATA:
-            if conn.job is None:
-                raise _ProtocolError("DATA before HELLO/PEER")
-            nbytes = end - off - HEADER.size
-            self._messages_in += 1
-            self._bytes_in += nbytes
-            rx = self._rx.get((conn.job, b)) or self._receiver(conn.job, b)
-            msg = (a, c, bytes(conn.view[off:end]))  # one copy (a bytearray slice would make two)
-            ack = (conn.job, a, conn.ack_to) if mode == 1 else None
-            if conn.src_link is not None and self._emulate_link:
-                self._delay(conn.src_link, rx, msg, nbytes, ack)
-            else:
-                self._arrive(rx, msg)
-                if ack is not None:
-                    self._ack(*ack)
+            self._on_data(conn, mode, a, b, c, off, end)
         elif ftype == RECV:
-            rx = self._local_rx(conn)
-            if rx.want is not None:
-                raise _ProtocolError("RECV while a RECV is pending")
-            if mode >= len(MODES):
-                raise _ProtocolError(f"bad wait mode {mode}")
-            rx.want = (a, c, mode)
-            if not self._try_deliver(rx):
-                if conn.job in self._failed:
-                    self._fail(rx, self._failed[conn.job])
-                elif self.report_messages:
-                    self._event(ReceiverWaiting(rx.proc, MODES[mode]))
+            self._on_recv(conn, mode, a, c)
         elif ftype == BLOCKED:
             rx = self._local_rx(conn)
             # A BLOCKED that crossed the delivery on the wire refers to a RECV already answered.
             if rx.want is not None and self.report_messages:
                 self._event(ReceiverBlocked(rx.proc))
         elif ftype == SEND_BLOCKED:
-            rx = self._local_rx(conn)
-            if a > rx.delivered:  # else its DELIVERED crossed it on the wire: the send is done
-                if conn.job in self._failed:
-                    self._fail(rx, self._failed[conn.job])
-                else:
-                    rx.send_blocked = True
-                    if self.report_messages:
-                        self._event(SenderBlocked(rx.proc))
+            self._on_send_blocked(conn, a)
         elif ftype == NIC_ACK:
-            if conn.nic_peer is None:
-                raise _ProtocolError("NIC_ACK before NIC_HELLO")
-            sender = self._rx.get((bytes(buf[off + HEADER.size : end]).decode(), a))
-            if sender is None:
-                return  # the job ended here meanwhile
-            if conn.src_link is not None and self._emulate_link:
-                self._delay(conn.src_link, sender, None, 0, None)
-            else:
-                self._delivered(sender)
+            self._on_nic_ack(conn, a, _body(buf, off, end))
         elif ftype == NIC_HELLO:
             if conn.job is not None or conn.nic_peer is not None:
                 raise _ProtocolError("NIC_HELLO on a connection already introduced")
-            conn.nic_peer = bytes(buf[off + HEADER.size : end]).decode()
+            conn.nic_peer = _body(buf, off, end).decode()
             conn.src_link = None if conn.nic_peer == self.address else conn.nic_peer
         elif ftype == COLL_ENTER or ftype == COLL_LEAVE:
             rx = self._local_rx(conn)
             if self.report_messages:
-                op = bytes(buf[off + HEADER.size : end]).decode()
                 cls = CollectiveEnter if ftype == COLL_ENTER else CollectiveLeave
-                self._event(cls(rx.proc, op))
+                self._event(cls(rx.proc, _body(buf, off, end).decode()))
         elif ftype == PROGRESS:
             rx = self._local_rx(conn)
-            body = bytes(buf[off + HEADER.size : end])
-            (value,) = _PROGRESS_VALUE.unpack_from(body)
-            self._hook(self.hooks.on_progress, rx.proc, body[_PROGRESS_VALUE.size :].decode(), value)
+            body = _body(buf, off, end)
+            (value,) = PROGRESS_VALUE.unpack_from(body)
+            self._hook(self.hooks.on_progress, rx.proc, body[PROGRESS_VALUE.size :].decode(), value)
         elif ftype == HELLO:
-            if conn.job is not None:
-                raise _ProtocolError("second HELLO/PEER on one connection")
-            conn.job = bytes(buf[off + HEADER.size : end]).decode()
-            conn.rank = a
-            conn.local = True
-            rx = self._receiver(conn.job, a)
-            if rx.conn is not None:
-                raise _ProtocolError(f"{rx.proc} is already connected")
-            rx.conn = conn
-            conn.rx = rx
-            if rx.go:  # the agent said go before the worker got here
-                self._send_go(rx)
-            self._hook(self.hooks.on_hello, rx.proc, b)
+            self._on_hello(conn, a, b, _body(buf, off, end))
         elif ftype == PEER:
-            if conn.job is not None:
-                raise _ProtocolError("second HELLO/PEER on one connection")
-            job, _, src_nic = bytes(buf[off + HEADER.size : end]).decode().partition("\n")
-            conn.job = job
-            conn.rank = a
-            conn.src_link = None if src_nic == self.address else src_nic
-            conn.ack_to = src_nic
-            conn.peer_node = b - 1 if b > 0 else None
+            self._on_peer(conn, a, b, _body(buf, off, end))
         elif ftype == BYE:
             conn.bye = True
         elif ftype == ACK:
             pass  # _Conn.readable applied the count in the reserved field
         else:
             raise _ProtocolError(f"unknown frame type {ftype}")
+
+    def _on_data(self, conn: _Conn, mode: int, src: int, dst: int, tag: int, off: int, end: int) -> None:
+        """A message for rank ``dst`` of the connection's job: into its receiver's queue, through the
+        emulated link when it came from another node; acknowledged once there if it asks (mode 1)."""
+        if conn.job is None:
+            raise _ProtocolError("DATA before HELLO/PEER")
+        nbytes = end - off - HEADER.size
+        self._messages_in += 1
+        self._bytes_in += nbytes
+        rx = self._rx.get((conn.job, dst)) or self._receiver(conn.job, dst)
+        msg = (src, tag, bytes(conn.view[off:end]))  # one copy (a bytearray slice would make two)
+        ack = (conn.job, src, conn.ack_to) if mode == 1 else None
+        if conn.src_link is not None and self._emulate_link:
+            self._delay(conn.src_link, rx, msg, nbytes, ack)
+        else:
+            self._arrive(rx, msg)
+            if ack is not None:
+                self._ack(*ack)
+
+    def _on_recv(self, conn: _Conn, mode: int, src: int, tag: int) -> None:
+        """The worker asks for a message from ``src`` with ``tag`` (either may be ANY), waiting in wait
+        mode ``mode``: answered at once if one is here, else when one arrives (or the job fails)."""
+        rx = self._local_rx(conn)
+        if rx.want is not None:
+            raise _ProtocolError("RECV while a RECV is pending")
+        if mode >= len(WAIT_MODES):
+            raise _ProtocolError(f"bad wait mode {mode}")
+        rx.want = (src, tag, mode)
+        if not self._try_deliver(rx):
+            if conn.job in self._failed:
+                self._fail(rx, self._failed[conn.job])
+            elif self.report_messages:
+                self._event(ReceiverWaiting(rx.proc, WAIT_MODES[mode]))
+
+    def _on_send_blocked(self, conn: _Conn, number: int) -> None:
+        """The worker's wait for the acknowledgement of its send ``number`` stopped spinning."""
+        rx = self._local_rx(conn)
+        if number > rx.delivered:  # else its DELIVERED crossed it on the wire: the send is done
+            if conn.job in self._failed:
+                self._fail(rx, self._failed[conn.job])
+            else:
+                rx.send_blocked = True
+                if self.report_messages:
+                    self._event(SenderBlocked(rx.proc))
+
+    def _on_nic_ack(self, conn: _Conn, rank: int, body: bytes) -> None:
+        """Another NIC acknowledges a message from rank ``rank`` of job ``body``, a worker of this node."""
+        if conn.nic_peer is None:
+            raise _ProtocolError("NIC_ACK before NIC_HELLO")
+        sender = self._rx.get((body.decode(), rank))
+        if sender is None:
+            return  # the job ended here meanwhile
+        if conn.src_link is not None and self._emulate_link:
+            self._delay(conn.src_link, sender, None, 0, None)
+        else:
+            self._delivered(sender)
+
+    def _on_hello(self, conn: _Conn, rank: int, pid: int, body: bytes) -> None:
+        """A worker of this node connects: rank ``rank`` of job ``body``, process ``pid``."""
+        if conn.job is not None:
+            raise _ProtocolError("second HELLO/PEER on one connection")
+        conn.job = body.decode()
+        conn.rank = rank
+        conn.local = True
+        rx = self._receiver(conn.job, rank)
+        if rx.conn is not None:
+            raise _ProtocolError(f"{rx.proc} is already connected")
+        rx.conn = conn
+        conn.rx = rx
+        if rx.go:  # the agent said go before the worker got here
+            self._send_go(rx)
+        self._hook(self.hooks.on_hello, rx.proc, pid)
+
+    def _on_peer(self, conn: _Conn, rank: int, node_id: int, body: bytes) -> None:
+        """A worker of any node connects to send here: rank ``rank``, on node ``node_id - 1`` (0: it did
+        not say), of the job and with the own NIC that ``body`` names."""
+        if conn.job is not None:
+            raise _ProtocolError("second HELLO/PEER on one connection")
+        job, _, src_nic = body.decode().partition("\n")
+        conn.job = job
+        conn.rank = rank
+        conn.src_link = None if src_nic == self.address else src_nic
+        conn.ack_to = src_nic
+        conn.peer_node = node_id - 1 if node_id > 0 else None
 
     def _send_go(self, rx: _Rx) -> None:
         rx.conn.write(HEADER.pack(0, GO, 1 if self._push else 0, 0, 0, 0, 0))
@@ -833,7 +851,7 @@ class Nic:
         want_src, want_tag, _ = rx.want
         q = rx.queue
         for i, (src, tag, frame) in enumerate(q):
-            if _matches(src, tag, want_src, want_tag):
+            if matches(src, tag, want_src, want_tag):
                 if i == 0:
                     q.popleft()
                 else:
@@ -877,9 +895,9 @@ class Nic:
         if name is not None:
             sock, target = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), name
         else:
-            host, _, port = addr.rpartition(":")
+            host, port = split_address(addr)
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            sock, target = socket.socket(family, socket.SOCK_STREAM), (host, int(port))
+            sock, target = socket.socket(family, socket.SOCK_STREAM), (host, port)
         sock.setblocking(False)
         err = sock.connect_ex(target)
         if err not in (0, errno.EINPROGRESS, errno.EAGAIN):

@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from testbed.apps import registry as kinds
-from testbed.core.jobs import Fault, FaultKind, OnNodeDown
+from testbed.core.kinds import ENVELOPE_KINDS, Fault, FaultKind, OnNodeDown
 from testbed.scenario.divisible import DivisibleTasks
 from testbed.schedulers import registry
 from testbed.schedulers.base import PolicyConfigError
@@ -117,7 +117,7 @@ class ClusterConfig(_Model):
     cpu_rate: float = Field(
         1.0, ge=MIN_CPU_RATE, le=1.0, description="node CPU speed as a fraction of one host core"
     )
-    envelope: Literal["auto", "cgroup", "cgroup-v1", "cgroup-v2", "docker", "pod", "none"] = "auto"
+    envelope: Literal[ENVELOPE_KINDS] = "auto"  # type: ignore[valid-type]
     cfs_period_ms: float = Field(
         100.0,
         ge=1,

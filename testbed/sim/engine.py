@@ -6,14 +6,14 @@ writes the same event log. Model:
 * each node is a uniprocessor of rate ``cpu_rate`` shared by weighted processor sharing among the processes
   that are allowed to run (the local policy's ``run``) and want the CPU (computing, or spinning while
   waiting for a message); weights follow the Linux CFS nice table;
-* each process runs its job's :class:`~testbed.core.jobs.SyntheticApp`: ``iterations`` x {compute; ``gio``
-  writes of ``io_time_ms`` each (wall time, no CPU); barrier: every rank sends to rank 0, rank 0 answers
-  all once it has heard from all; each message takes ``latency_s``; each message is one receive, which
-  waits in the job's ``wait_mode`` if the message is not there yet}; with a point-to-point ``pattern``
-  (paper 000), the barrier step is ``msgs`` rounds of that pattern (:func:`testbed.core.jobs.pattern_plan`):
-  each message takes ``latency_s + msg_bytes / bandwidth_Bps`` (no bandwidth: latency only; a node's
-  incoming link is not serialised), each is one receive as above (any source, the round's tag), and
-  there are no collective enter/leave events (they are not collectives);
+* each process runs its program kind's model (``ProgramKind.model``, apps/base.py): a generator of
+  operations, each run to completion before the next is asked for. Compute burns CPU at the node's
+  share; Sleep takes emulated time without CPU (the synthetic kind's real writes); each message of a
+  Send takes ``latency_s + nbytes / bandwidth_Bps`` (no bandwidth: latency only; a node's incoming link
+  is not serialised); each message of a Recv is one receive, which waits in the job's ``wait_mode`` if
+  the message is not there yet; a Collective's enter or leave is told to the node's local policy, a
+  Progress written to the log (a kind's collectives, such as the synthetic barrier through rank 0, are
+  the point-to-point messages its model yields);
 * a job with a ``send_wait`` (CC's sender) sends its messages one at a time, each followed by a wait
   for the receiving NIC's acknowledgement, which comes one ``latency_s`` after the message arrives (a
   round trip after the send; the acknowledgement is a header: no transmission time). The sender waits
@@ -46,7 +46,8 @@ from typing import Any
 from testbed.apps.base import Collective, Compute, Progress, Recv, Send, SimContext, Sleep
 from testbed.core import events as ev
 from testbed.core.decision import DecisionCore
-from testbed.core.jobs import FINAL, Fault, FaultKind, Job, OnNodeDown
+from testbed.core.jobs import FINAL, Job
+from testbed.core.kinds import Fault, FaultKind, OnNodeDown
 from testbed.schedulers.base import (
     CollectiveEnter,
     CollectiveLeave,

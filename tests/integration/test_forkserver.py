@@ -14,13 +14,15 @@ import pytest
 
 from testbed.emulator.mechanism import envelope as envmod
 from testbed.emulator.mechanism import forkserver
-from testbed.emulator.mechanism.envelope import make_envelope
+from testbed.emulator.mechanism.envelopes import make_envelope
 from testbed.emulator.mechanism.forkserver import ForkedWorker, ForkServer, served_module
 from testbed.emulator.mechanism.process import SpawnError, Worker
 from testbed.janitor import marked_processes
 
+from ..conftest import requires
+
 _V1_WHY = envmod.probe_v1()
-needs_v1 = pytest.mark.skipif(_V1_WHY is not None, reason=f"cgroup v1 envelope not usable here: {_V1_WHY}")
+needs_v1 = requires(_V1_WHY is None, f"cgroup v1 envelope not usable here: {_V1_WHY}")
 
 # A worker module that reports what it got, first thing (the server imports it from its cwd).
 REPORT = r"""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -60,7 +61,22 @@ def procs():
         p.wait()
 
 
-PARENT = textwrap.dedent("""
+def freeze(run_id: str, node: int, pid: int) -> None:
+    """Freezes ``pid`` in a v1 freezer cgroup of the run's own. The testbed freezes nothing, but a node's
+    process may still sit in a frozen cgroup (one an earlier version left, a container paused with
+    ``docker pause``), and the janitor must kill it all the same. Self-contained: PARENT runs its source."""
+    import os
+
+    from testbed.emulator.mechanism import envelope as envmod
+
+    d = os.path.join(envmod._v1_mount("freezer")[0], "testbed", run_id, f"node{node}")
+    os.makedirs(d)
+    for name, value in (("cgroup.procs", pid), ("freezer.state", "FROZEN")):
+        with open(os.path.join(d, name), "w") as f:
+            f.write(str(value))
+
+
+PARENT = inspect.getsource(freeze) + textwrap.dedent("""
     import json, os, subprocess, sys, time
     from testbed.emulator.mechanism import make_envelope, spawn
     rid = sys.argv[1]
@@ -71,7 +87,7 @@ PARENT = textwrap.dedent("""
     stopped = spawn(busy, env=None, cwd=None, stdout=None, stderr=None, envelope=nodes[0])
     stopped.stop()
     frozen = spawn(busy, env=None, cwd=None, stdout=None, stderr=None, envelope=nodes[1])
-    nodes[1].freeze()
+    freeze(rid, 1, frozen.pid)
     # Outside any envelope and without PDEATHSIG: only the TESTBED_RUN_ID mark can find it.
     marked = {**os.environ, "TESTBED_RUN_ID": rid}
     stray = subprocess.Popen(["sleep", "60"], env=marked, start_new_session=True)
@@ -94,7 +110,7 @@ def test_janitor_cleans_up_after_killed_parent(run_id, procs, tmp_path):
     parent.stdout.close()
     try:
         assert set(marked_processes(run_id)) >= {info["stopped"], info["frozen"], info["stray"]}
-        assert len(_run_dirs(run_id)) == 3  # cpu, cpuacct, freezer
+        assert len(_run_dirs(run_id)) == 3  # cpu, cpuacct (the envelope's), freezer (the frozen one's)
         log = tmp_path / "janitor.log"
         jan = start_janitor(run_id, [parent.pid], log_path=str(log))
         procs.append(jan)
@@ -152,7 +168,7 @@ def test_cleanup_run_synchronously(run_id, procs):
     e = make_envelope("cgroup-v1", run_id, 0, 1.0, 1.0)
     e.create()
     w = spawn(["sleep", "30"], env=None, cwd=None, stdout=None, stderr=None, envelope=e)
-    e.freeze()
+    freeze(run_id, 0, w.pid)
     stray = subprocess.Popen(["sleep", "30"], env={**os.environ, "TESTBED_RUN_ID": run_id})
     procs.append(stray)
     report = cleanup_run(run_id)

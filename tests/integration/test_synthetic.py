@@ -21,12 +21,14 @@ from testbed.core.jobs import WORK_UNIT_S as JOBS_WORK_UNIT_S
 from testbed.core.jobs import Job, JobSpec, WaitSpec
 from testbed.emulator.loop import LoopThread
 from testbed.emulator.mechanism import envelope as envmod
-from testbed.emulator.mechanism.envelope import make_envelope
+from testbed.emulator.mechanism.envelopes import make_envelope
 from testbed.emulator.mechanism.process import spawn
 from testbed.emulator.nic import Nic
 
+from ..conftest import requires
+
 _V1_WHY = envmod.probe_v1()
-needs_v1 = pytest.mark.skipif(_V1_WHY is not None, reason=f"cgroup v1 envelope not usable here: {_V1_WHY}")
+needs_v1 = requires(_V1_WHY is None, f"cgroup v1 envelope not usable here: {_V1_WHY}")
 
 
 class Hooks:

@@ -22,7 +22,8 @@ from testbed.schedulers.base import (
 
 from testbed.core import events as ev
 from testbed.core.decision import DecisionCore, PolicyError
-from testbed.core.jobs import Fault, FaultKind, Job, JobState
+from testbed.core.jobs import Job, JobState
+from testbed.core.kinds import Fault, FaultKind
 from testbed.scenario import ScenarioError, load
 from testbed.sim import simulate
 

@@ -245,8 +245,7 @@ def test_a_scheduler_with_plain_defaults_gets_its_names_checked():
         name = "plain"
         summary = "test"
         global_policy = LocalGlobal
-        defaults = {"mpl": 2, "packing": True}
-        allocation_defaults = {"memory_aware": False}
+        defaults = {"mpl": 2, "packing": True, "memory_aware": False}
 
     assert Plain.all_defaults() == {"mpl": 2, "packing": True, "memory_aware": False}
     assert Plain.check_params({"mpl": 5}) == {"mpl": 5, "packing": True, "memory_aware": False}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from testbed.apps import profiles
-from testbed.apps.synthetic import Synthetic, SyntheticConfig, pattern_plan
+from testbed.apps.synthetic import Synthetic, SyntheticConfig, messages_per_compute_s, pattern_plan
 from testbed.schedulers.base import (
     CollectiveEnter,
     JobSpec,
@@ -111,7 +111,7 @@ def test_generator_class_with_profile_draws_the_profiles_sizes_and_memory() -> N
 def test_intensity_ordering_follows_paper_003_table_2(size: int) -> None:
     def intensity(name: str) -> float:
         app = SyntheticConfig(**profiles.get(name).app_fields())
-        return profiles.messages_per_compute_s(app, size)
+        return messages_per_compute_s(app, size)
 
     ep = intensity("EP")
     low = [intensity(n) for n in ("BT", "LU")]

@@ -7,9 +7,9 @@ from testbed.emulator.mechanism.envelope import (
     Envelope,
     EnvelopeUnavailable,
     NoEnvelope,
-    make_envelope,
     probe_envelopes,
 )
+from testbed.emulator.mechanism.envelopes import make_envelope
 from testbed.emulator.mechanism.priority import raise_thread_priority
 from testbed.emulator.mechanism.process import SpawnError, Worker, cont_all, spawn, stop_all
 

@@ -15,7 +15,6 @@ the agent's reach. What the container sets, and Docker applies:
   ``testbed/`` that the janitor empties and removes itself (Docker must remove its cgroups itself);
 * ``network_mode=host`` (the NICs listen on loopback) and ``pid_mode=host`` (the agent's pids are the
   container's, and on removal runc kills whatever is still in the container's cgroups);
-* pause/unpause as the node's freezer (the v1 freezer of the container's cgroup);
 * labels ``testbed.run_id`` and ``testbed.node``: the janitor removes a run's containers by label
   (:func:`remove_containers`), and the resident carries ``TESTBED_RUN_ID`` like every worker.
 
@@ -31,7 +30,6 @@ scratch`` would need BuildKit or the legacy builder and a context carrying the s
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import io
 import logging
@@ -40,9 +38,9 @@ import tarfile
 import time
 from typing import Any
 
+from testbed.apps.environ import MARK_NODE, MARK_RUN_ID
 from testbed.emulator.mechanism.envelope import (
     DESTROY_TIMEOUT_S,
-    FREEZE_TIMEOUT_S,
     SHARES_V1,
     Envelope,
     EnvelopeUnavailable,
@@ -181,7 +179,6 @@ class DockerEnvelope(_V1ProcsFiles, Envelope):
         self.resident_pid: int | None = None
         self.dirs: dict[str, str] = {}
         self._procs_files: list[str] = []
-        self.freezer_root: str | None = None
         self.startup_s: float | None = None
 
     # --- life cycle ------------------------------------------------------------------------------------
@@ -203,7 +200,7 @@ class DockerEnvelope(_V1ProcsFiles, Envelope):
             name=self.container_name,
             detach=True,
             labels={LABEL_RUN: self.run_id, LABEL_NODE: str(self.node)},
-            environment={"TESTBED_RUN_ID": self.run_id, "TESTBED_NODE": str(self.node)},
+            environment={MARK_RUN_ID: self.run_id, MARK_NODE: str(self.node)},
             network_mode="host",
             pid_mode="host",
             cgroup_parent=self.cgroup_parent,
@@ -221,7 +218,7 @@ class DockerEnvelope(_V1ProcsFiles, Envelope):
             if not self.resident_pid:
                 raise RuntimeError(f"container {self.container_name} is {self.container.status}, not running")
             self.dirs = cgroup_dirs(self.resident_pid)
-            need = {"cpu", "cpuacct", "freezer"}
+            need = {"cpu", "cpuacct"}
             have = {c for k in self.dirs for c in k.split(",")}
             if not need <= have:
                 raise EnvelopeUnavailable(
@@ -238,10 +235,8 @@ class DockerEnvelope(_V1ProcsFiles, Envelope):
             got = int(_read(os.path.join(self._dir("cpu"), "cpu.cfs_quota_us")))
             if got != self.quota_us:
                 raise RuntimeError(f"{self.container_name}: cpu.cfs_quota_us is {got}, not {self.quota_us}")
-            self.freezer_root = next(m for k, m in _mount_of().items() if "freezer" in k)
-            # The freezer last, so that a joining process is never frozen while still outside the quota.
-            order = sorted(self.dirs, key=lambda k: "freezer" in k.split(","))
-            self._procs_files = [os.path.join(self.dirs[k], "cgroup.procs") for k in order]
+            # A worker joins every cgroup of the container (its pids and memory limits too).
+            self._procs_files = [os.path.join(d, "cgroup.procs") for d in self.dirs.values()]
         except BaseException:
             self.destroy()
             raise
@@ -281,43 +276,8 @@ class DockerEnvelope(_V1ProcsFiles, Envelope):
             raise RuntimeError(f"{self!r}: docker update left cpu.cfs_quota_us at {got}, not {quota}")
         self.quota_us = quota
 
-    def _freezer_state(self) -> str:
-        return _read(os.path.join(self._dir("freezer"), "freezer.state")).strip()
-
-    def freeze(self) -> float:
-        """docker pause; returns seconds until the freezer reports FROZEN (the API returns after that)."""
-        t0 = time.monotonic()
-        self.container.pause()
-        self.frozen = True
-        while self._freezer_state() != "FROZEN":
-            if time.monotonic() - t0 > FREEZE_TIMEOUT_S:
-                raise RuntimeError(f"{self!r}: not FROZEN {FREEZE_TIMEOUT_S} s after docker pause")
-            time.sleep(0.0002)
-        return time.monotonic() - t0
-
-    def thaw(self) -> float:
-        t0 = time.monotonic()
-        self.container.unpause()
-        self.frozen = False
-        while self._freezer_state() != "THAWED":
-            if time.monotonic() - t0 > FREEZE_TIMEOUT_S:
-                raise RuntimeError(f"{self!r}: not THAWED {FREEZE_TIMEOUT_S} s after docker unpause")
-            time.sleep(0.0002)
-        return time.monotonic() - t0
-
-    def release_frozen(self, pid: int) -> None:
-        # As the cgroup envelope: a task moved to a thawed freezer cgroup (the root) thaws and can die.
-        if self.freezer_root is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            _write(os.path.join(self.freezer_root, "cgroup.procs"), str(pid))
-
     def destroy(self) -> None:
         """Kill the workers, remove the container, remove the run's parent cgroups if empty. Idempotent."""
-        if self.container is not None and self.frozen:
-            with contextlib.suppress(Exception):
-                self.container.unpause()
-        self.frozen = False
         deadline = time.monotonic() + DESTROY_TIMEOUT_S
         while self._procs_files:
             left = self.pids()

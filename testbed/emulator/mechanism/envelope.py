@@ -1,4 +1,4 @@
-"""Resource envelopes: what gives an emulated node its CPU rate and lets it be frozen and torn down whole.
+"""Resource envelopes: what gives an emulated node its CPU rate and lets it be torn down whole.
 
 docs/architecture.md, "The emulated node": it needs a *quota*, not a share: a node must not run faster because
 its neighbours are idle. So a node's worker processes live in a cgroup whose CFS quota is ``cpu_rate * cores /
@@ -6,8 +6,7 @@ tdf`` real cores. Layout (each hierarchy separately, because cpu and cpuacct may
 
     <mount of cpu>/testbed/<run_id>/node<k>       cpu.cfs_period_us (cluster.cfs_period_ms), cpu.cfs_quota_us
     <mount of cpuacct>/testbed/<run_id>/node<k>   cpuacct.usage (the node's delivered CPU)
-    <mount of freezer>/testbed/<run_id>/node<k>   freezer.state (freeze/thaw the node)
-    <cgroup2 mount>/testbed/<run_id>/node<k>      cpu.max, cpu.stat, cgroup.freeze, cgroup.kill (v2)
+    <cgroup2 mount>/testbed/<run_id>/node<k>      cpu.max, cpu.stat, cgroup.kill (v2)
 
 Everything lives under a directory named ``testbed`` so that the janitor (``testbed.janitor``) and any
 cleanup hook can find what a run left behind. No memory cgroup is made: moving workers out of the memory
@@ -58,8 +57,8 @@ MIN_QUOTA_US = 1000
 SHARES_V1 = 10240
 WEIGHT_V2 = 1000
 DESTROY_TIMEOUT_S = 5.0
-FREEZE_TIMEOUT_S = 2.0
-KINDS = ("auto", "cgroup", "cgroup-v1", "cgroup-v2", "docker", "pod", "none")
+#: The v1 controllers the cgroup-v1 envelope makes a node's cgroup in: the CFS quota, the usage.
+V1_CONTROLLERS = ("cpu", "cpuacct")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -234,7 +233,6 @@ class Envelope(ABC):
         self.period_us = period_us
         # One line for the run's log and report when the envelope is weaker than asked (auto fell back).
         self.note: str | None = None
-        self.frozen = False
 
     def _quota_us(self) -> int:
         return quota_us(self.period_us, self.cpu_rate, self.cores, self.tdf)
@@ -272,21 +270,6 @@ class Envelope(ABC):
 
     @abstractmethod
     def destroy(self) -> None: ...
-
-    def freeze(self) -> float:
-        raise EnvelopeUnavailable(
-            f"envelope {self.kind!r} has no freezer; stop the workers with SIGSTOP "
-            "(process.stop_all) or use envelope: cgroup"
-        )
-
-    def thaw(self) -> float:
-        raise EnvelopeUnavailable(
-            f"envelope {self.kind!r} has no freezer; continue the workers with SIGCONT "
-            "(process.cont_all) or use envelope: cgroup"
-        )
-
-    def release_frozen(self, pid: int) -> None:  # noqa: B027 - optional hook
-        """Let one frozen member die (a frozen task ignores SIGKILL until thawed). No-op without a freezer."""
 
     def __repr__(self) -> str:
         return (
@@ -382,7 +365,7 @@ class _V1ProcsFiles:
 
 
 class CgroupV1Envelope(_V1ProcsFiles, Envelope):
-    """cpu (CFS quota) + cpuacct (usage) + freezer cgroups in the v1 hierarchies."""
+    """cpu (CFS quota) + cpuacct (usage) cgroups in the v1 hierarchies."""
 
     kind = "cgroup-v1"
     fixes_rate = True
@@ -390,7 +373,7 @@ class CgroupV1Envelope(_V1ProcsFiles, Envelope):
     def __init__(self, *args, **kwargs) -> None:  # Envelope's arguments
         super().__init__(*args, **kwargs)
         mounts = {}
-        for ctrl in ("cpu", "cpuacct", "freezer"):
+        for ctrl in V1_CONTROLLERS:
             mnt, why = _v1_mount(ctrl)
             if mnt is None:
                 raise EnvelopeUnavailable(
@@ -402,9 +385,8 @@ class CgroupV1Envelope(_V1ProcsFiles, Envelope):
         self.mounts = mounts
         rel = os.path.join(TOP, self.run_id, self.name)
         self.dirs = {c: os.path.join(m, rel) for c, m in mounts.items()}
-        # Distinct directories (cpu and cpuacct are one when co-mounted), in join order: the freezer last,
-        # so that a process never sits frozen while still outside the cpu quota.
-        self._unique = list(dict.fromkeys([self.dirs["cpu"], self.dirs["cpuacct"], self.dirs["freezer"]]))
+        # Distinct directories (cpu and cpuacct are one when co-mounted), in join order.
+        self._unique = list(dict.fromkeys([self.dirs["cpu"], self.dirs["cpuacct"]]))
         self.quota_us = self._quota_us()
         # Precomputed for join_self, which must not build strings between fork and exec.
         self._procs_files = [os.path.join(d, "cgroup.procs") for d in self._unique]
@@ -424,51 +406,10 @@ class CgroupV1Envelope(_V1ProcsFiles, Envelope):
     def configured_rate(self) -> float | None:
         return self.quota_us / self.period_us
 
-    def _freezer_state(self) -> str:
-        return _read(os.path.join(self.dirs["freezer"], "freezer.state")).strip()
-
-    def freeze(self) -> float:
-        """Freeze every task of the node; returns seconds until the kernel reported FROZEN."""
-        t0 = time.monotonic()
-        _write(os.path.join(self.dirs["freezer"], "freezer.state"), "FROZEN")
-        self.frozen = True
-        # FROZEN is reported only once every task has passed through the freezer (docs/measurements.md, "The
-        # cgroup freezer").
-        while self._freezer_state() != "FROZEN":
-            if time.monotonic() - t0 > FREEZE_TIMEOUT_S:
-                raise RuntimeError(
-                    f"{self!r}: not FROZEN after {FREEZE_TIMEOUT_S} s (state {self._freezer_state()})"
-                )
-            time.sleep(0.0002)
-        return time.monotonic() - t0
-
-    def thaw(self) -> float:
-        t0 = time.monotonic()
-        _write(os.path.join(self.dirs["freezer"], "freezer.state"), "THAWED")
-        self.frozen = False
-        while self._freezer_state() != "THAWED":
-            if time.monotonic() - t0 > FREEZE_TIMEOUT_S:
-                raise RuntimeError(f"{self!r}: not THAWED after {FREEZE_TIMEOUT_S} s")
-            time.sleep(0.0002)
-        return time.monotonic() - t0
-
-    def release_frozen(self, pid: int) -> None:
-        # Moving a task to a thawed freezer cgroup thaws it (freezer_attach); the rest of the node stays
-        # frozen. Only the freezer membership changes: the quota still applies to it.
-        try:
-            _write(os.path.join(self.mounts["freezer"], "cgroup.procs"), str(pid))
-        except ProcessLookupError:
-            pass
-
     def destroy(self) -> None:
         existing = [d for d in self._unique if os.path.isdir(d)]
         if not existing:
-            self.frozen = False
             return
-        fz = os.path.join(self.dirs["freezer"], "freezer.state")
-        if os.path.exists(fz):
-            _write(fz, "THAWED")  # a frozen task does not act on SIGKILL until thawed
-        self.frozen = False
         deadline = time.monotonic() + DESTROY_TIMEOUT_S
         while True:
             left = self.pids()
@@ -492,7 +433,7 @@ class CgroupV1Envelope(_V1ProcsFiles, Envelope):
 
 
 class CgroupV2Envelope(Envelope):
-    """cpu.max + cpu.stat + cgroup.freeze + cgroup.kill in the unified hierarchy, from its root:
+    """cpu.max + cpu.stat + cgroup.kill in the unified hierarchy, from its root:
 
         <mount>/testbed/<run_id>/node<k>
 
@@ -574,32 +515,12 @@ class CgroupV2Envelope(Envelope):
     def _events(self) -> dict[str, str]:
         return dict(line.split() for line in _read(os.path.join(self.dir, "cgroup.events")).splitlines())
 
-    def _freeze_to(self, value: str) -> float:
-        t0 = time.monotonic()
-        _write(os.path.join(self.dir, "cgroup.freeze"), value)
-        self.frozen = value == "1"
-        while self._events().get("frozen") != value:
-            if time.monotonic() - t0 > FREEZE_TIMEOUT_S:
-                raise RuntimeError(f"{self!r}: cgroup.events frozen != {value} after {FREEZE_TIMEOUT_S} s")
-            time.sleep(0.0002)
-        return time.monotonic() - t0
-
-    def freeze(self) -> float:
-        return self._freeze_to("1")
-
-    def thaw(self) -> float:
-        return self._freeze_to("0")
-
     def destroy(self) -> None:
         if not os.path.isdir(self.dir):
-            self.frozen = False
             return
         kill_file = os.path.join(self.dir, "cgroup.kill")
         if os.path.exists(kill_file):
-            _write(kill_file, "1")  # kills frozen tasks too
-        else:
-            _write(os.path.join(self.dir, "cgroup.freeze"), "0")
-        self.frozen = False
+            _write(kill_file, "1")
         deadline = time.monotonic() + DESTROY_TIMEOUT_S
         while self._events().get("populated") != "0":
             kill_pids(self.pids())
@@ -645,7 +566,7 @@ def probe_v2() -> str | None:
 
 
 def _probe_v1() -> str | None:
-    for ctrl in ("cpu", "cpuacct", "freezer"):
+    for ctrl in V1_CONTROLLERS:
         mnt, why = _v1_mount(ctrl)
         if mnt is None:
             return why
@@ -673,63 +594,12 @@ def _probe_v2() -> str | None:
 
 
 def probe_envelopes() -> dict[str, str | None]:
-    """kind -> None if usable here, else the reason it is not. Probes afresh (make_envelope reuses this)."""
+    """kind -> None if usable here, else the reason it is not. Probes afresh (make_envelope, in
+    testbed/emulator/mechanism/envelopes.py, reuses this)."""
     _probe_cache.clear()
     v1, v2 = probe_v1(), probe_v2()
     cg = None if v1 is None or v2 is None else f"cgroup-v1: {v1}; cgroup-v2: {v2}"
     return {"cgroup": cg, "cgroup-v1": v1, "cgroup-v2": v2, "none": None}
-
-
-def make_envelope(
-    kind: str,
-    run_id: str,
-    node: int,
-    cpu_rate: float,
-    tdf: float,
-    cores: int = 1,
-    period_us: int = CFS_PERIOD_US,
-    memory_mb: float | None = None,
-) -> Envelope:
-    """Build (not create) the envelope of one node. ``auto`` falls back to ``none`` with a loud note.
-    ``memory_mb`` limits the node's memory where the envelope can (docker); the others ignore it."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown envelope kind {kind!r}; known kinds: {', '.join(KINDS)}")
-    args = (run_id, node, cpu_rate, tdf, cores, period_us)
-    if kind == "docker":
-        from testbed.emulator.mechanism.docker_envelope import DockerEnvelope
-
-        return DockerEnvelope(*args, memory_mb=memory_mb)
-    if kind == "pod":
-        return PodEnvelope(*args)
-    if kind == "none":
-        return NoEnvelope(*args)
-    if kind == "cgroup-v1":
-        why = probe_v1()
-        if why is not None:
-            raise EnvelopeUnavailable(
-                f"cgroup-v1 envelope unavailable: {why}. Fix that, or use envelope: none "
-                "(CPU rate then NOT fixed)"
-            )
-        return CgroupV1Envelope(*args)
-    if kind == "cgroup-v2":
-        return CgroupV2Envelope(*args)
-    why1 = probe_v1()
-    if why1 is None:
-        return CgroupV1Envelope(*args)
-    why2 = probe_v2()
-    if why2 is None:
-        return CgroupV2Envelope(*args)
-    reason = f"cgroup-v1: {why1}; cgroup-v2: {why2}"
-    if kind == "cgroup":
-        raise EnvelopeUnavailable(
-            f"cgroup envelope unavailable ({reason}). Run as root with the cpu, cpuacct and "
-            "freezer controllers mounted read-write (v1) or the cpu controller enabled in "
-            "cgroup v2, or use envelope: none (CPU rate then NOT fixed)"
-        )
-    env = NoEnvelope(*args)
-    env.note = f"cgroup envelope unavailable: {reason}; CPU rate is NOT fixed (envelope none)"
-    log.warning("node %d: %s", node, env.note)
-    return env
 
 
 # --- the pod envelope: cgroup v2, in the subtree delegated to this process --------------------------------
@@ -768,7 +638,7 @@ class PodEnvelope(CgroupV2Envelope):
     """cgroup v2 below the cgroup this process was given (a pod's, a delegated systemd slice's), never above:
 
         <own cgroup>/testbed-procs           the processes that were in <own cgroup> (moved once)
-        <own cgroup>/testbed/<run_id>/node<k>  cpu.max, cpu.stat, cgroup.freeze, cgroup.kill
+        <own cgroup>/testbed/<run_id>/node<k>  cpu.max, cpu.stat, cgroup.kill
 
     The move is what cgroup v2 asks before a cgroup's controllers can be handed to its children. Nothing is
     written above <own cgroup>: its parent may belong to the kubelet or to systemd, and need not be writable.

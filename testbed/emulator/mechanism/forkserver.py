@@ -336,8 +336,6 @@ class ForkServer:
                 run_id=self.run_id, stdin=stdin,
             )  # fmt: skip
         full_env = worker_env(env, self.envelope, self.run_id)
-        if self.envelope is not None and self.envelope.frozen:
-            raise RuntimeError(f"{self.envelope!r} is frozen: thaw it before spawning into it")
         request = json.dumps(
             {"module": module, "args": list(argv[3:]), "env": full_env, "cwd": os.fspath(cwd or os.getcwd())}
         ).encode()

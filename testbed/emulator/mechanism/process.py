@@ -37,13 +37,13 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any
 
+from testbed.apps.environ import MARK_NODE as NODE_ENV
+from testbed.apps.environ import MARK_RUN_ID as RUN_ID_ENV
 from testbed.emulator.mechanism import accounting
 from testbed.emulator.mechanism.envelope import Envelope
 
 log = logging.getLogger(__name__)
 
-RUN_ID_ENV = "TESTBED_RUN_ID"
-NODE_ENV = "TESTBED_NODE"
 PR_SET_PDEATHSIG = 1
 KILL_REAP_TIMEOUT_S = 5.0
 
@@ -127,7 +127,7 @@ class BaseWorker:
         self.signal(signal.SIGCONT)
 
     def kill(self) -> int:
-        """SIGKILL (+SIGCONT, and let it out of a frozen freezer cgroup) and reap; returns the return code."""
+        """SIGKILL (+SIGCONT) and reap; returns the return code."""
         if self.poll() is not None:
             return self.returncode
         for sig in (signal.SIGKILL, signal.SIGCONT):
@@ -135,9 +135,6 @@ class BaseWorker:
                 self.signal(sig)
             except ProcessLookupError:
                 break
-        if self.envelope is not None and self.envelope.frozen:
-            # A frozen task ignores SIGKILL until thawed; move just this one out rather than thaw the node.
-            self.envelope.release_frozen(self.pid)
         try:
             return self.reap(KILL_REAP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -257,12 +254,6 @@ def spawn(
     ``pass_fds``: descriptors the child keeps open (every other one is closed).
     """
     full_env = worker_env(env, envelope, run_id)
-    if envelope is not None and envelope.frozen:
-        # The child would freeze inside preexec_fn and Popen would block until someone thaws the node.
-        raise RuntimeError(
-            f"{envelope!r} is frozen: thaw it before spawning into it (then stop the new "
-            "worker if it must not run yet)"
-        )
 
     out, close_out = _open_output(stdout)
     err, close_err = _open_output(stderr)
