@@ -104,6 +104,9 @@ log = logging.getLogger(__name__)
 
 _DELIVERED = HEADER.pack(0, DELIVERED, 0, 0, 0, 0, 0)
 _RBUF = 65536  # receive buffer per connection; grows for a bigger frame, then shrinks back
+#: The largest frame body a NIC takes (a message and its header's fields): beyond it the connection is
+#: closed. The programs here send at most a few MB per message (a divisible chunk, an image).
+MAX_FRAME_BODY = 64 * 2**20
 #: Real seconds between a worker's connection dropping without BYE and its job's receivers here failing.
 DEAD_PEER_GRACE_S = 0.1
 
@@ -263,6 +266,10 @@ class _Conn:
         try:
             while end_all - off >= hsize:
                 blen, ftype, mode, acks, a, b, c = HEADER.unpack_from(buf, off)
+                if blen > MAX_FRAME_BODY:
+                    raise _ProtocolError(
+                        f"a frame of {blen} bytes, over the {MAX_FRAME_BODY} a frame may have"
+                    )
                 end = off + hsize + blen
                 if end > end_all:
                     break
@@ -285,7 +292,10 @@ class _Conn:
         pending = self.end - self.start
         need = pending + _RBUF // 4
         if pending >= HEADER.size:
-            need = max(need, HEADER.size + HEADER.unpack_from(buf, self.start)[0])
+            # Room for the frame that has begun, but grown with what arrives (doubling), not to what its
+            # header claims at once: a frame that claims a huge body and sends little costs little.
+            claimed = HEADER.size + HEADER.unpack_from(buf, self.start)[0]
+            need = max(need, min(claimed, 2 * len(buf)))
         if self.start:
             buf[:pending] = buf[self.start : self.end]
             self.start, self.end = 0, pending
@@ -299,7 +309,15 @@ class _Conn:
 
 
 class _ProtocolError(Exception):
-    pass
+    """A frame this NIC cannot take from that connection: the connection is closed (with a logged line),
+    the NIC goes on."""
+
+
+def _text(body: bytes) -> str:
+    try:
+        return body.decode()
+    except UnicodeDecodeError:
+        raise _ProtocolError(f"a name that is not UTF-8 text ({bytes(body[:20])!r})") from None
 
 
 def _body(buf, off: int, end: int) -> bytes:
@@ -678,18 +696,20 @@ class Nic:
         elif ftype == NIC_HELLO:
             if conn.job is not None or conn.nic_peer is not None:
                 raise _ProtocolError("NIC_HELLO on a connection already introduced")
-            conn.nic_peer = _body(buf, off, end).decode()
+            conn.nic_peer = _text(_body(buf, off, end))
             conn.src_link = None if conn.nic_peer == self.address else conn.nic_peer
         elif ftype == COLL_ENTER or ftype == COLL_LEAVE:
             rx = self._local_rx(conn)
             if self.report_messages:
                 cls = CollectiveEnter if ftype == COLL_ENTER else CollectiveLeave
-                self._event(cls(rx.proc, _body(buf, off, end).decode()))
+                self._event(cls(rx.proc, _text(_body(buf, off, end))))
         elif ftype == PROGRESS:
             rx = self._local_rx(conn)
             body = _body(buf, off, end)
+            if len(body) < PROGRESS_VALUE.size:
+                raise _ProtocolError(f"a PROGRESS frame of {len(body)} bytes, too short for its value")
             (value,) = PROGRESS_VALUE.unpack_from(body)
-            self._hook(self.hooks.on_progress, rx.proc, body[PROGRESS_VALUE.size :].decode(), value)
+            self._hook(self.hooks.on_progress, rx.proc, _text(body[PROGRESS_VALUE.size :]), value)
         elif ftype == HELLO:
             self._on_hello(conn, a, b, _body(buf, off, end))
         elif ftype == PEER:
@@ -749,7 +769,7 @@ class Nic:
         """Another NIC acknowledges a message from rank ``rank`` of job ``body``, a worker of this node."""
         if conn.nic_peer is None:
             raise _ProtocolError("NIC_ACK before NIC_HELLO")
-        sender = self._rx.get((body.decode(), rank))
+        sender = self._rx.get((_text(body), rank))
         if sender is None:
             return  # the job ended here meanwhile
         if conn.src_link is not None and self._emulate_link:
@@ -761,7 +781,7 @@ class Nic:
         """A worker of this node connects: rank ``rank`` of job ``body``, process ``pid``."""
         if conn.job is not None:
             raise _ProtocolError("second HELLO/PEER on one connection")
-        conn.job = body.decode()
+        conn.job = _text(body)
         conn.rank = rank
         conn.local = True
         rx = self._receiver(conn.job, rank)
@@ -778,7 +798,7 @@ class Nic:
         not say), of the job and with the own NIC that ``body`` names."""
         if conn.job is not None:
             raise _ProtocolError("second HELLO/PEER on one connection")
-        job, _, src_nic = body.decode().partition("\n")
+        job, _, src_nic = _text(body).partition("\n")
         conn.job = job
         conn.rank = rank
         conn.src_link = None if src_nic == self.address else src_nic

@@ -604,3 +604,42 @@ def test_a_sender_blocked_for_its_ack_fails_with_its_job(cluster_factory) -> Non
     r0, _, _ = results(cl.worker("ackdeath", "j", [0, 1, 0], TB_SEND_WAIT="block"), timeout=5)
     assert "disconnected without closing" in r0["error"], r0
     assert time.monotonic() - t0 < 5
+
+
+def test_malformed_oversize_and_garbage_frames_close_their_connection_and_the_job_completes(
+    cluster_factory,
+) -> None:
+    # Any local process can connect to a NIC. Before, a HELLO whose job id was not UTF-8 killed the NIC's
+    # thread, and a header claiming a 512 MiB body made it allocate 512 MiB at once (issue 19).
+    import resource
+    import socket
+
+    from testbed.apps.wire import HEADER, HELLO, PROGRESS, split_address
+
+    from testbed.emulator.nic import MAX_FRAME_BODY
+
+    cl = cluster_factory(2)
+    host, port = split_address(cl.addrs[0])
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB: the NICs run in this process
+
+    def send(data: bytes, keep: bool = False) -> socket.socket:
+        s = socket.create_connection((host, port), timeout=5)
+        s.sendall(data)
+        if not keep:
+            s.close()
+        return s
+
+    send(b"\xff" * 64)  # garbage: an unknown frame type
+    send(HEADER.pack(4, HELLO, 0, 0, 0, 123, 0) + b"\xff\xfe\xfd\xfc")  # a job id that is not UTF-8
+    send(HEADER.pack(3, PROGRESS, 0, 0, 0, 0, 0) + b"abc")  # too short for its value
+    send(HEADER.pack(512 * 2**20, HELLO, 0, 0, 0, 1, 0) + b"x" * 60_000)  # over the bound
+    # Under the bound but a lie: it sends 60 KB of the 60 MB it claims and keeps the connection open.
+    liar = send(HEADER.pack(MAX_FRAME_BODY - 1, HELLO, 0, 0, 0, 1, 0) + b"x" * 60_000, keep=True)
+    try:
+        r0, _ = results(cl.worker("pingpong", "j", [0, 1]))
+        assert r0["reply"] == "ping-pong"
+        assert cl.on_loop(0, cl.nics[0].stats)["messages_in"] == 1  # the NIC still runs and counts
+        grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
+        assert grown_mib < 32, f"the NICs' process grew by {grown_mib:.0f} MiB for frames never sent"
+    finally:
+        liar.close()
