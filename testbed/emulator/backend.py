@@ -148,6 +148,8 @@ class RayBackend:
     def _run(self) -> None:
         """Bring-up, probe, run, under a janitor; the teardown whatever happens (the ``ended`` it is told
         is decided first). What ends the run is recorded, not raised."""
+        import ray  # noqa: F401 - imported before the start-up clock starts: importing is not bringing up
+
         from testbed.janitor import RUN_ID_ENV, cleanup_run, start_janitor
 
         out = self.outcome
