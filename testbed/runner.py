@@ -4,6 +4,10 @@
 parameters by building its policies, the envelope, the CFS quota at the run's TDF, the results folder);
 ``testbed validate`` and ``testbed run`` both call it. A run never writes into a folder that already
 holds a run's events, and its summary.json always says how it ended and the error, if any.
+
+A run takes one path on either backend (:func:`run_once`): the backend (the interface is
+testbed/core/backend.py) runs it and returns its :class:`~testbed.core.backend.Outcome`; the results are
+written from the event log and the outcome; then Ctrl-C goes on up, or :class:`RunFailed` is raised.
 """
 
 from __future__ import annotations
@@ -296,7 +300,7 @@ def run_once(
 def _backend(name: str, prometheus: bool) -> Backend:
     """The backend named ``name`` (one of :data:`BACKENDS`)."""
     if name == "sim":
-        return Simulation
+        return Simulation  # the class itself: it builds the simulation of each scenario it is given
     from testbed.emulator.backend import RayBackend  # Ray and the mechanism: only for real runs
 
     return RayBackend(prometheus=prometheus)
