@@ -103,8 +103,23 @@ def run(
 
     Exit status: 0 every job ended as planned; 1 an error ended the run; 2 bad input (nothing run) or
     Ray could not start; 3 some job failed or was killed; 130 interrupted."""
+    scn, dest = _checked_run(scenario, backend, set_, out_dir, force, prometheus)
+    signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+    # A background job of a script starts with SIGINT ignored (the shell's rule), and Python keeps an
+    # inherited ignore: `kill -INT` would be lost and the run go on to its end. A run always stops on it.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    summaries = _run_showing_progress(scn, backend, dest, quiet, prometheus)
+    if scn.sweep:
+        _report_sweep(scn, backend, dest, summaries)
+    else:
+        _report_runs(scn, dest, summaries)
+
+
+def _checked_run(scenario: Path, backend: str, set_, out_dir: Path | None, force: bool, prometheus: bool):
+    """The scenario loaded and checked, and its results folder claimed: (scenario, folder). Exit 2 with
+    one line for anything that would stop it."""
     from testbed import runner
-    from testbed.results import summary as results
 
     if prometheus:
         from testbed.monitoring.prometheus import INSTALL_HINT, binary
@@ -126,13 +141,15 @@ def run(
         dest = runner.claim_out(out_dir, force) if out_dir is not None else runner.new_out(scn, backend)
     except runner.PreflightError as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
-    signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
-    # A background job of a script starts with SIGINT ignored (the shell's rule), and Python keeps an
-    # inherited ignore: `kill -INT` would be lost and the run go on to its end. A run always stops on it.
-    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    return scn, dest
 
+
+def _run_showing_progress(scn, backend: str, dest: Path, quiet: bool, prometheus: bool) -> list[dict]:
+    """runner.run with a progress bar; how it ended, when not as a whole, as one line and the exit
+    status."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from testbed import runner
 
     progress = Progress(
         TextColumn("[bold]{task.description}"),
@@ -155,7 +172,7 @@ def run(
 
     try:
         with progress:
-            summaries = runner.run(
+            return runner.run(
                 scn,
                 backend,
                 dest,
@@ -165,16 +182,7 @@ def run(
                 notice=lambda text: progress.console.print(text, highlight=False),
             )
     except KeyboardInterrupt:
-        if scn.sweep and (dest / "comparison.csv").exists():
-            from testbed.results import comparison
-
-            rows = comparison.read_csv(dest / "comparison.csv")
-            _print_table(comparison.table(rows, title=f"{scn.name}: sweep (interrupted)"))
-            err.print(
-                f"[yellow]interrupted[/yellow]: the comparison of what finished: {dest / 'comparison.csv'}"
-            )
-        err.print(f"[yellow]interrupted[/yellow]: cleaned up; partial results in {dest}")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        _interrupted(scn, dest)
     except runner.RunFailed as exc:
         out.print(f"results: {dest}", highlight=False)
         _fail(
@@ -190,20 +198,41 @@ def run(
         from testbed.core.events import describe_error
 
         _fail(f"internal error: {describe_error(exc)} (traceback in {dest / 'error.txt'})", EXIT_RUN_FAILED)
-    if scn.sweep:
+
+
+def _interrupted(scn, dest: Path):
+    """Ctrl-C: what finished (a sweep's comparison so far), where the partial results are; exit 130."""
+    if scn.sweep and (dest / "comparison.csv").exists():
         from testbed.results import comparison
 
-        title = f"{scn.name}: sweep of {len(summaries)} variants, {backend}"
-        _print_table(comparison.table(summaries, title=title))
-        out.print(f"comparison: {dest / 'comparison.csv'}; plots: {dest / 'plots'}")
-        out.print(f"results: {dest}")
-        bad = [
-            f"variant {r['variant']}: " + (r["error"] or r["not_as_planned"])
-            for r in summaries
-            if r["status"] != comparison.VariantStatus.OK or r.get("not_as_planned")
-        ]
-        _exit_on(bad)
-        return
+        rows = comparison.read_csv(dest / "comparison.csv")
+        _print_table(comparison.table(rows, title=f"{scn.name}: sweep (interrupted)"))
+        err.print(f"[yellow]interrupted[/yellow]: the comparison of what finished: {dest / 'comparison.csv'}")
+    err.print(f"[yellow]interrupted[/yellow]: cleaned up; partial results in {dest}")
+    raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def _report_sweep(scn, backend: str, dest: Path, rows: list[dict]) -> None:
+    """A sweep's comparison table; exit 3 for each variant that failed or whose jobs did not end as
+    planned."""
+    from testbed.results import comparison
+
+    title = f"{scn.name}: sweep of {len(rows)} variants, {backend}"
+    _print_table(comparison.table(rows, title=title))
+    out.print(f"comparison: {dest / 'comparison.csv'}; plots: {dest / 'plots'}")
+    out.print(f"results: {dest}")
+    bad = [
+        f"variant {r['variant']}: " + (r["error"] or r["not_as_planned"])
+        for r in rows
+        if r["status"] != comparison.VariantStatus.OK or r.get("not_as_planned")
+    ]
+    _exit_on(bad)
+
+
+def _report_runs(scn, dest: Path, summaries: list[dict]) -> None:
+    """The run's (or its repetitions') table; exit 3 for each job that did not end as planned."""
+    from testbed.results import summary as results
+
     out.print(results.table(summaries, title=f"{scn.name}: {scn.scheduler.name}, {scn.cluster.nodes} nodes"))
     for s in summaries:
         if s.get("envelope_note"):

@@ -4,6 +4,10 @@
 parameters by building its policies, the envelope, the CFS quota at the run's TDF, the results folder);
 ``testbed validate`` and ``testbed run`` both call it. A run never writes into a folder that already
 holds a run's events, and its summary.json always says how it ended and the error, if any.
+
+A run takes one path on either backend (:func:`run_once`): the backend (the interface is
+testbed/core/backend.py) runs it and returns its :class:`~testbed.core.backend.Outcome`; the results are
+written from the event log and the outcome; then Ctrl-C goes on up, or :class:`RunFailed` is raised.
 """
 
 from __future__ import annotations
@@ -21,19 +25,17 @@ from pathlib import Path
 import yaml
 
 from testbed.core import events as ev
+from testbed.core.backend import Backend, Hooks, PreflightError
 from testbed.core.clock import host_cores
 from testbed.results import folder as outfolder
 from testbed.results import summary as results
 from testbed.scenario import Scenario, effective_tdf
 from testbed.scenario.workload import build
+from testbed.sim import Simulation
 
 BACKENDS = ("ray", "sim")
 #: Where results go without --out (relative to the working directory, as the README shows).
 DEFAULT_PARENT = Path("results")
-
-
-class PreflightError(ValueError):
-    """The run cannot start as asked; the message is one line naming the field or option and the fix."""
 
 
 class RunFailed(RuntimeError):
@@ -267,9 +269,10 @@ def _refuse_used(run_dir: Path) -> None:
 def run_once(
     scn: Scenario, backend: str, run_dir: Path, on_status=None, on_phase=None, prometheus=False, notice=None
 ) -> dict:
-    """``prometheus``: run a local Prometheus on the run's exporters meanwhile (stopped on every exit
-    path); ``notice(text)`` receives lines for the user (where to look). Raises :class:`RunFailed` when
-    an error ended the run, after writing its results."""
+    """One repetition of ``scn`` on ``backend`` into ``run_dir``; returns its summary. ``prometheus``: run
+    a local Prometheus on the run's exporters meanwhile (stopped on every exit path); ``notice(text)``
+    receives lines for the user (where to look). Whatever ends the run, its results are written first;
+    then Ctrl-C goes on up, and :class:`RunFailed` is raised when an error ended it."""
     if backend not in BACKENDS:
         raise PreflightError(f"--backend: unknown backend '{backend}'; known: {', '.join(BACKENDS)}")
     # Agents and workers run in other working directories: every path handed to them is absolute.
@@ -278,9 +281,29 @@ def run_once(
     with _claimed(run_dir):
         (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scn.model_dump(mode="json"), sort_keys=False))
         jobs = build(scn)
-        if backend == "sim":
-            return _run_sim(scn, jobs, run_dir, on_status)
-        return _run_real(scn, jobs, run_dir, on_status, on_phase, prometheus, notice)
+        hooks = Hooks(on_status, on_phase, notice)
+        outcome = _backend(backend, prometheus).run_scenario(scn, jobs, run_dir, hooks)
+        # The results come from the event log only, with how the run ended.
+        summary = results.write(
+            run_dir,
+            ev.read_jsonl(run_dir / "events.jsonl"),
+            results.facts_of(scn, backend, outcome.tdf, outcome.envelope),
+            {**outcome.summary_fields(), results.JOBS_PLANNED: len(jobs)},
+        )
+        if outcome.cause is not None and not isinstance(outcome.cause, Exception):
+            raise outcome.cause  # Ctrl-C: on up, the results written
+        if outcome.error is not None:
+            raise RunFailed(outcome.error, run_dir, outcome.exit_code) from outcome.cause
+        return summary
+
+
+def _backend(name: str, prometheus: bool) -> Backend:
+    """The backend named ``name`` (one of :data:`BACKENDS`)."""
+    if name == "sim":
+        return Simulation  # the class itself: it builds the simulation of each scenario it is given
+    from testbed.emulator.backend import RayBackend  # Ray and the mechanism: only for real runs
+
+    return RayBackend(prometheus=prometheus)
 
 
 @contextlib.contextmanager
@@ -295,131 +318,6 @@ def _claimed(path: Path):
         yield
     finally:
         claim.release()
-
-
-def _run_sim(scn: Scenario, jobs, run_dir: Path, on_status=None) -> dict:
-    from testbed.schedulers import registry
-    from testbed.sim import Simulation
-
-    facts = results.facts_of(scn, "sim", 1.0, "modelled")
-    log = run_dir / "events.jsonl"
-    # Streamed to the file as they happen (in time order): a run of millions of events is not held, and
-    # what an interrupted one simulated is kept.
-    sink = ev.JsonlSink(log)
-    sim = None
-    try:
-        sim = Simulation(
-            jobs,
-            registry.get(scn.scheduler.name),
-            scn.scheduler.params,
-            nodes=scn.cluster.nodes,
-            cpu_rate=scn.cluster.cpu_rate,
-            seed=scn.workload.seed,
-            duration=scn.duration_s,
-            latency_s=scn.cluster.network.latency_us * 1e-6,
-            node_memory_mb=scn.cluster.memory_mb,
-            bandwidth_Bps=(
-                scn.cluster.network.bandwidth_mbps * 1e6 / 8 if scn.cluster.network.bandwidth_mbps else None
-            ),
-            faults=scn.faults.faults(),
-            on_node_down=scn.faults.on_node_down,
-            sink=sink,
-        )
-        sim.run(on_status=on_status)
-    except (Exception, KeyboardInterrupt) as exc:
-        sink.close()
-        if isinstance(exc, KeyboardInterrupt):
-            extra = {"ended": "interrupted (Ctrl-C)", "error": None, results.JOBS_PLANNED: len(jobs)}
-            results.write(run_dir, ev.read_jsonl(log), facts, extra)
-            raise
-        error = f"the simulation stopped: {ev.describe_error(exc)}"
-        extra = {"ended": f"error: {error}", "error": error, results.JOBS_PLANNED: len(jobs)}
-        results.write(run_dir, ev.read_jsonl(log), facts, extra)
-        raise RunFailed(error, run_dir) from exc
-    sink.close()
-    # Said as a real run says it: the duration, a stall (the simulator's own reason), or every job ended.
-    ended = sim.core.ended or "all jobs ended"
-    extra = {"ended": ended, "error": None, results.JOBS_PLANNED: len(jobs)}
-    return results.write(run_dir, ev.read_jsonl(log), facts, extra)
-
-
-def _run_real(scn: Scenario, jobs, run_dir: Path, on_status, on_phase, prometheus, notice) -> dict:
-    from testbed.emulator.backend import RayStartError, run_ray
-
-    tdf = effective_tdf(scn)
-    if scn.cluster.envelope != "none":
-        from testbed.emulator.mechanism.envelope import quota_us
-
-        c = scn.cluster
-        try:
-            quota_us(round(c.cfs_period_ms * 1000), c.cpu_rate, c.cores_per_node, tdf)
-        except ValueError as exc:
-            raise PreflightError(f"cluster.cfs_period_ms: {exc}") from None
-    local_prom = None
-    say = notice or (lambda text: None)
-    facts: dict = {}
-    failed: RunFailed | None = None
-    try:
-        if scn.monitoring.enabled:
-            from testbed.monitoring import prometheus as prom
-
-            d = prom.write_targets(run_dir, None, scrape_interval_s=scn.monitoring.scrape_interval_s)
-            if prometheus:
-                local_prom = prom.LocalPrometheus(run_dir)
-                say(
-                    f"Prometheus: {local_prom.start()} (scrapes this run until it ends; data in {d / 'data'})"
-                )
-            else:
-                say(f"metrics: Prometheus config {d / 'prometheus.yml'}; live view: testbed watch {run_dir}")
-        run_ray(scn, jobs, run_dir, tdf, on_status=on_status, on_phase=on_phase, facts=facts)
-        if facts.get("error"):
-            failed = RunFailed(facts["error"], run_dir)
-    except KeyboardInterrupt:
-        facts["ended"] = "interrupted (Ctrl-C)"
-        raise
-    except RayStartError as exc:
-        facts["error"] = str(exc)
-        facts["ended"] = f"error: {exc}"
-        failed = RunFailed(str(exc), run_dir, exit_code=2)
-    except Exception as exc:
-        facts["error"] = facts.get("error") or ev.describe_error(exc)
-        facts["ended"] = f"error: {facts['error']}"
-        raise RunFailed(facts["error"], run_dir) from exc
-    finally:
-        if local_prom is not None:
-            local_prom.stop()
-        # Whatever happened, the results so far are written from the event log, with how the run ended.
-        summary = _write_real(scn, run_dir, tdf, facts, len(jobs))
-    if failed is not None:
-        raise failed
-    return summary
-
-
-def _write_real(scn: Scenario, run_dir: Path, tdf: float, facts: dict, planned: int) -> dict:
-    merged = run_dir / "events.jsonl"
-    if not merged.exists():
-        ev.merge(sorted((run_dir / "events").glob("*.jsonl")), merged)
-    events = list(ev.read_jsonl(merged))
-    envelope = facts.get("envelope") or next(
-        (e["envelope"] for e in events if e["kind"] == ev.RUN_INFO and "envelope" in e), "unknown"
-    )
-    extra = {
-        "ended": facts.get("ended") or "error: the run stopped without saying why",
-        "error": facts.get("error"),
-        "run_id": facts.get("run_id"),
-        "startup_s": facts.get("startup_s"),
-        "phases_s": facts.get("phases_s"),
-        "agent_priority": facts.get("agent_priority"),
-        "session_priority": facts.get("session_priority"),
-        "envelope_note": facts.get("envelope_note"),
-        "nodes_down": facts.get("nodes_down"),
-        "host_cores": host_cores(),
-        results.JOBS_PLANNED: planned,
-        # A joined Ray cluster's run (cluster.ray_address): where each agent process ran, and the nodes
-        # whose events and logs went with a host that died.
-        **{k: facts[k] for k in ("agent_hosts", "logs_lost") if k in facts},
-    }
-    return results.write(run_dir, events, results.facts_of(scn, "ray", tdf, envelope), extra)
 
 
 def run(

@@ -1,13 +1,15 @@
-"""The Ray backend: a local Ray instance (or a Ray cluster it joins: ``cluster.ray_address``), NodeAgents
-``cluster.nodes_per_process`` to an actor (testbed.emulator.actors.AgentHost), a Coordinator actor.
+"""The Ray backend (:class:`RayBackend`): a local Ray instance (or a Ray cluster it joins:
+``cluster.ray_address``), NodeAgents ``cluster.nodes_per_process`` to an actor
+(testbed.emulator.actors.AgentHost), a Coordinator actor.
 
-Bring-up, the CPU-rate probe, the run, and a teardown that every
-exit path goes through. A detached janitor process watches this driver: if the driver is killed
-outright, the janitor removes every worker and cgroup of the run (docs/architecture.md, "Faults").
+Bring-up, the CPU-rate probe, the run, and a teardown that every exit path goes through. A detached
+janitor process watches this driver: if the driver is killed outright, the janitor removes every worker
+and cgroup of the run (docs/architecture.md, "Faults").
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -16,11 +18,12 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from testbed.core import events as ev
+from testbed.core.backend import ALL_JOBS_ENDED, INTERRUPTED, Hooks, PreflightError, RealOutcome
 from testbed.core.clock import origin
 from testbed.emulator.actors import AT_RAY_NODE, AgentHost, CoordinatorActor
 from testbed.emulator.agent import WORKER_MODULES, NodeConfig
@@ -64,60 +67,150 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
-def run_ray(
-    scn: Scenario,
-    jobs: Sequence[Job],
-    run_dir: Path,
-    tdf: float,
-    on_status: Callable[[dict], None] | None = None,
-    on_phase: Callable[[str], None] | None = None,
-    facts: dict | None = None,
-) -> dict:
-    """Runs one repetition on real processes. Returns facts for the summary (filled into ``facts`` as it
-    goes, so that they survive an exception: ``ended``, and ``error`` when an error in a policy or an
-    agent ended the run); events are merged into ``run_dir/events.jsonl`` whatever happens."""
-    import ray
+class RayBackend:
+    """Real processes (:class:`testbed.core.backend.Backend`): bring-up (Ray, the node agents), the
+    CPU-rate probe, the run (the coordinator, watched to its end) and a teardown that every exit path goes
+    through. One instance runs one repetition. ``prometheus``: a local Prometheus scrapes the run's
+    exporters meanwhile (monitoring/prometheus.py)."""
 
-    from testbed.janitor import RUN_ID_ENV, cleanup_run, start_janitor
+    name = "ray"
 
-    report = on_phase or (lambda s: None)
-    run_id = new_run_id()
-    t_begin = time.monotonic()
-    facts = {} if facts is None else facts
-    facts.update({"run_id": run_id, "phases_s": {}})
-    marks = [("begin", t_begin)]
+    def __init__(self, prometheus: bool = False) -> None:
+        self.prometheus = prometheus
+        self.hosts: list = []  # the agent processes started (actor handles), those of the head node last
+        self.groups: list[list[int]] = []  # the nodes of each agent process
+        self.coordinator = None
+        self.marks: list[tuple[str, float]] = []  # start-up phases entered: (name, monotonic time)
 
-    def phase(text: str) -> None:
+    def run_scenario(self, scn: Scenario, jobs: Sequence[Job], run_dir: Path, hooks: Hooks) -> RealOutcome:
+        """Runs one repetition on real processes; ``run_dir/events.jsonl`` is merged from every
+        component's log however it ended. Raises :class:`PreflightError` only, before anything starts,
+        for a CFS quota below the kernel's minimum (``testbed run`` refused it already)."""
+        from testbed.scenario import effective_tdf
+
+        self.scn, self.jobs, self.run_dir, self.hooks = scn, jobs, run_dir, hooks
+        self.joined = scn.cluster.ray_address is not None
+        tdf = effective_tdf(scn)
+        _check_quota(scn, tdf)
+        self.outcome = RealOutcome(tdf=tdf)
+        try:
+            with self._prometheus():
+                self._run()
+        except BaseException as exc:  # noqa: BLE001 - however the run ends, it is its outcome
+            self._ended_by(exc)
+        finally:
+            events = ev.merge(sorted((run_dir / "events").glob("*.jsonl")), run_dir / "events.jsonl")
+            if self.outcome.envelope is None:  # no agent reported: what the events say, if anything
+                infos = (e["envelope"] for e in events if e["kind"] == ev.RUN_INFO and "envelope" in e)
+                self.outcome.envelope = next(infos, "unknown")
+        return self.outcome
+
+    def _ended_by(self, exc: BaseException) -> None:
+        """Records how ``exc`` ended the run: Ctrl-C, or an error (the first one said is kept)."""
+        out = self.outcome
+        out.cause = exc
+        if isinstance(exc, KeyboardInterrupt):
+            out.ended = INTERRUPTED
+            return
+        if isinstance(exc, RayStartError):
+            out.error, out.exit_code = str(exc), 2
+        else:
+            err = root_cause(exc) if type(exc).__module__.startswith("ray") else ev.describe_error(exc)
+            out.error = out.error or err
+        out.ended = f"error: {out.error}"
+
+    @contextlib.contextmanager
+    def _prometheus(self):
+        """The run's Prometheus targets (and with ``prometheus``, a local Prometheus scraping them) for the
+        block, when the scenario enables monitoring."""
+        m = self.scn.monitoring
+        if not m.enabled:
+            yield
+            return
+        from testbed.monitoring import prometheus as prom
+
+        d = prom.write_targets(self.run_dir, None, scrape_interval_s=m.scrape_interval_s)
+        if not self.prometheus:
+            self.hooks.notice(
+                f"metrics: Prometheus config {d / 'prometheus.yml'}; live view: testbed watch {self.run_dir}"
+            )
+            yield
+            return
+        local = prom.LocalPrometheus(self.run_dir)
+        try:
+            self.hooks.notice(
+                f"Prometheus: {local.start()} (scrapes this run until it ends; data in {d / 'data'})"
+            )
+            yield
+        finally:
+            local.stop()
+
+    def _run(self) -> None:
+        """Bring-up, probe, run, under a janitor; the teardown whatever happens (the ``ended`` it is told
+        is decided first). What ends the run is recorded, not raised."""
+        import ray  # noqa: F401 - imported before the start-up clock starts: importing is not bringing up
+
+        from testbed.janitor import RUN_ID_ENV, cleanup_run, start_janitor
+
+        out = self.outcome
+        out.run_id, out.phases_s = new_run_id(), {}
+        self.marks = [("begin", time.monotonic())]
+        # The control plane (Ray, agents, fork servers: this session) must not weigh less than the nodes.
+        # Put back at the end, or by the janitor if this process is killed.
+        out.session_priority, old_nice = raise_session_group()
+        janitor = start_janitor(
+            out.run_id, [os.getpid()], run_dir=str(self.run_dir), session_nice=(os.getsid(0), old_nice)
+        )
+        # Every process Ray starts for this run (gcs_server, raylet, its agents, the actor workers) inherits
+        # the run's mark, so the janitor finds and kills them too if this driver is killed: left alone they
+        # linger 30-60 s. This process's own /proc environ is its start-up one: the janitor never sees it.
+        marked_before = os.environ.get(RUN_ID_ENV)
+        os.environ[RUN_ID_ENV] = out.run_id
+        try:
+            self._start_ray()
+            infos = self._start_agents()
+            self._probe()
+            self._start_coordinator(infos)
+            self._watch()
+        except BaseException as exc:  # noqa: BLE001 - recorded; the teardown below is told why
+            self._ended_by(exc)
+        finally:
+            self._teardown(out.ended)
+            if self.joined:
+                out.logs_lost = _collect(self.hosts, self.groups, self.run_dir)
+            _shutdown_ray()
+            if marked_before is None:
+                os.environ.pop(RUN_ID_ENV, None)
+            else:
+                os.environ[RUN_ID_ENV] = marked_before
+            cleanup_run(out.run_id)  # also whatever of Ray's outlived its shutdown
+            restore_session_group(old_nice)
+            janitor.terminate()
+            try:
+                janitor.wait(timeout=5)
+            except Exception:  # noqa: BLE001
+                janitor.kill()
+
+    def _phase(self, text: str) -> None:
         # Start-up cost by phase, for the summary (start-up is a benchmarked figure).
         now = time.monotonic()
-        facts["phases_s"][marks[-1][0]] = round(now - marks[-1][1], 3)
-        marks.append((text, now))
-        report(text)
+        self.outcome.phases_s[self.marks[-1][0]] = round(now - self.marks[-1][1], 3)
+        self.marks.append((text, now))
+        self.hooks.on_phase(text)
 
-    # The control plane (Ray, agents, fork servers: this session) must not weigh less than the nodes.
-    # Put back at the end, or by the janitor if this process is killed.
-    facts["session_priority"], old_nice = raise_session_group()
-    janitor = start_janitor(
-        run_id, [os.getpid()], run_dir=str(run_dir), session_nice=(os.getsid(0), old_nice)
-    )
-    hosts: list = []
-    groups: list[list[int]] = []
-    coordinator = None
-    ended = "error"
-    joined = scn.cluster.ray_address is not None
-    # Every process Ray starts for this run (gcs_server, raylet, its agents, the actor workers) inherits
-    # the run's mark, so the janitor finds and kills them too if this driver is killed: left alone they
-    # linger 30-60 s. This process's own /proc environ is its start-up one: the janitor never sees it.
-    marked_before = os.environ.get(RUN_ID_ENV)
-    os.environ[RUN_ID_ENV] = run_id
-    try:
-        phase("starting Ray")
+    # ----------------------------------------------------------------------------------------------------
+    # Bring-up
+
+    def _start_ray(self) -> None:
+        import ray
+
+        self._phase("starting Ray")
         # Ray starts at most num_cpus worker processes at a time (2 here), which serialises the start of
         # 16 actors; and numpy in each worker would size thread pools by the host's cores.
-        c = scn.cluster
+        c = self.scn.cluster
         per = c.nodes_per_process
-        groups = [list(range(i, min(i + per, c.nodes))) for i in range(0, c.nodes, per)]
-        os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(len(groups) + 1))
+        self.groups = [list(range(i, min(i + per, c.nodes))) for i in range(0, c.nodes, per)]
+        os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(len(self.groups) + 1))
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         # ray.init installs its own SIGTERM handler in this process (it dumps the stack and aborts, so no
         # teardown would run): the caller's handler (the CLI's: SIGTERM = Ctrl-C) is put back after it.
@@ -127,44 +220,70 @@ def run_ray(
                 # Unless the scenario names a cluster, always a fresh local instance: an exported
                 # RAY_ADDRESS would attach this run to another cluster, or retry a dead address for
                 # minutes with Ctrl-C unable to stop it.
-                address=c.ray_address if joined else "local",
+                address=c.ray_address if self.joined else "local",
                 include_dashboard=False,
                 logging_level=logging.ERROR,
                 log_to_driver=False,
                 configure_logging=True,
-                namespace=f"testbed-{run_id}",
+                namespace=f"testbed-{self.outcome.run_id}",
             )
         except Exception as exc:  # noqa: BLE001 - any way Ray fails to start is one line for the user
             raise RayStartError(f"Ray failed to start: {root_cause(exc)}") from exc
         finally:
             if on_term is not None and threading.current_thread() is threading.main_thread():
                 signal.signal(signal.SIGTERM, on_term)
+
+    def _start_agents(self) -> list[dict]:
+        """The node agents, ``cluster.nodes_per_process`` to an actor (the head node's in one of its own);
+        returns what each reported (:meth:`testbed.emulator.actors.AgentHost.info`)."""
+        import ray
+
+        c, out = self.scn.cluster, self.outcome
+        per = c.nodes_per_process
         # Calls that block (a rank's start, a probe, a kill) run on the actor's threads: some per node.
         Host = ray.remote(num_cpus=0, max_concurrency=4 + 4 * per)(AgentHost)
-        Coord = ray.remote(num_cpus=0, max_concurrency=8)(CoordinatorActor)
-        host_opts: dict = {}
-        if joined:
-            # Each agent process on a Ray node that offers the resource, the coordinator beside this
-            # driver: its event file lands in the run folder, and it reads the driver's clock.
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        # Each agent process on a Ray node that offers the resource (a joined cluster).
+        host_opts = {"resources": {NODE_RESOURCE: 1}} if self.joined else {}
+        self.mon = _monitoring(self.scn, self.jobs)
+        self._phase(f"starting {c.nodes} node agents in {len(self.groups)} processes")
+        cfgs = self._node_configs()
+        if len(cfgs) > c.nodes:
+            self.groups.append([c.nodes])
+        if self.joined:
+            _check_node_resources(ray, c.ray_address, len(self.groups), c.nodes, per, len(cfgs) > c.nodes)
+        for g in self.groups:
+            name = f"node{g[0]}" if len(g) == 1 else f"nodes{g[0]}-{g[-1]}"
+            self.hosts.append(Host.options(name=name, **host_opts).remote([cfgs[n] for n in g]))
+        # The cluster's own agents: the probe and the node metrics are theirs (the head's host is last).
+        self.cluster_hosts = self.hosts[: -1 if len(cfgs) > c.nodes else None]
+        try:
+            infos = [i for batch in ray.get([h.info.remote() for h in self.hosts]) for i in batch]
+        except Exception as exc:  # noqa: BLE001 - Ray buries the agent's own reason in its error text
+            raise RuntimeError(f"a node agent could not start: {root_cause(exc)}") from exc
+        out.envelope, out.envelope_note = infos[0]["envelope"], infos[0]["envelope_note"]
+        out.agent_priority = sorted({i["priority"] for i in infos})
+        if self.joined:
+            out.agent_hosts = ray.get([h.where.remote() for h in self.hosts])
+        if out.envelope_note:
+            log.warning(out.envelope_note)
+        if self.mon:
+            self.nodes_sd = [(i["node"], i["metrics"]) for i in infos if i["node"] < c.nodes]
+            self.head_sd = next(((i["node"], i["metrics"]) for i in infos if i["node"] >= c.nodes), None)
+            _write_targets(self.run_dir, out.run_id, self.nodes_sd, None, self.mon, self.head_sd)
+        return infos
 
-            host_opts["resources"] = {NODE_RESOURCE: 1}
-            Coord = Coord.options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(
-                    ray.get_runtime_context().get_node_id(), soft=False
-                )
-            )
-        mon = _monitoring(scn, jobs)
-        node_mon = mon
-        if joined and mon and mon["host"].startswith("127."):
+    def _node_configs(self) -> list[NodeConfig]:
+        """Each node's configuration, the head node's last when some job's kind has a head process."""
+        scn, c, tdf = self.scn, self.scn.cluster, self.outcome.tdf
+        node_mon = self.mon
+        if self.joined and self.mon and self.mon["host"].startswith("127."):
             # Another host's exporter on loopback could not be scraped from here: its host's address.
-            node_mon = {**mon, "host": AT_RAY_NODE}
-        phase(f"starting {c.nodes} node agents in {len(groups)} processes")
+            node_mon = {**self.mon, "host": AT_RAY_NODE}
         cfgs = [
             NodeConfig(
-                run_id=run_id,
+                run_id=self.outcome.run_id,
                 node=n,
-                run_dir=str(run_dir),
+                run_dir=str(self.run_dir),
                 tdf=tdf,
                 cpu_rate=c.cpu_rate,
                 cores=c.cores_per_node,
@@ -177,9 +296,9 @@ def run_ray(
                 latency_s=c.network.latency_us * 1e-6,
                 bandwidth_Bps=c.network.bandwidth_mbps * 1e6 / 8 if c.network.bandwidth_mbps else None,
                 monitoring=node_mon,
-                preload=tuple(sorted({j.kind.__module__ for j in jobs} - set(WORKER_MODULES))),
-                nic_host=AT_RAY_NODE if joined else "127.0.0.1",
-                scratch=joined,
+                preload=tuple(sorted({j.kind.__module__ for j in self.jobs} - set(WORKER_MODULES))),
+                nic_host=AT_RAY_NODE if self.joined else "127.0.0.1",
+                scratch=self.joined,
             )
             for n in range(c.nodes)
         ]
@@ -188,58 +307,56 @@ def run_ray(
         # process of its own, outside every policy's view. No envelope: the paper's head is not one of
         # the N processing nodes, its CPU is not rationed like theirs (it mostly sleeps out each chunk's
         # link time and sends); and plain local scheduling (batch's RunAll), whatever the cluster's policy.
-        if any(j.kind.head for j in jobs):
+        if any(j.kind.head for j in self.jobs):
             head = dataclasses.replace(
                 cfgs[0], node=c.nodes, envelope="none", scheduler=HEAD_NODE_SCHEDULER, params={},
-                monitoring={**node_mon, "head": True} if mon else None,
+                monitoring={**node_mon, "head": True} if self.mon else None,
             )  # fmt: skip
             cfgs.append(head)
-            groups.append([c.nodes])
-        if joined:
-            _check_node_resources(ray, c.ray_address, len(groups), c.nodes, per, len(cfgs) > c.nodes)
-        for g in groups:
-            name = f"node{g[0]}" if len(g) == 1 else f"nodes{g[0]}-{g[-1]}"
-            hosts.append(Host.options(name=name, **host_opts).remote([cfgs[n] for n in g]))
-        # The cluster's own agents: the probe and the node metrics are theirs (the head's host is last).
-        cluster_hosts = hosts[: -1 if len(cfgs) > c.nodes else None]
-        try:
-            infos = [i for batch in ray.get([h.info.remote() for h in hosts]) for i in batch]
-        except Exception as exc:  # noqa: BLE001 - Ray buries the agent's own reason in its error text
-            raise RuntimeError(f"a node agent could not start: {root_cause(exc)}") from exc
-        facts["envelope"] = infos[0]["envelope"]
-        facts["envelope_note"] = infos[0]["envelope_note"]
-        facts["agent_priority"] = sorted({i["priority"] for i in infos})
-        if joined:
-            facts["agent_hosts"] = ray.get([h.where.remote() for h in hosts])
-        if facts["envelope_note"]:
-            log.warning(facts["envelope_note"])
-        if mon:
-            nodes_sd = [(i["node"], i["metrics"]) for i in infos if i["node"] < c.nodes]
-            head_sd = next(((i["node"], i["metrics"]) for i in infos if i["node"] >= c.nodes), None)
-            _write_targets(run_dir, run_id, nodes_sd, None, mon, head_sd)
+        return cfgs
 
-        if scn.clock.rate_probe_s > 0:
-            phase(f"probing CPU rate ({scn.clock.rate_probe_s:g} s at full load)")
-            start_at = time.monotonic() + PROBE_START_DELAY_S
-            here = origin()
-            batches = ray.get([h.probe.remote(scn.clock.rate_probe_s, start_at, here) for h in cluster_hosts])
-            ray.get([h.record_probe.remote(b) for h, b in zip(cluster_hosts, batches, strict=True)])
-            facts["cpu_rate_error_max"] = max(abs(p["error"]) for b in batches for p in b)
+    def _probe(self) -> None:
+        """Every node's delivered CPU rate, measured at full load at once (recorded in the event log)."""
+        import ray
 
-        phase("running")
+        probe_s = self.scn.clock.rate_probe_s
+        if probe_s <= 0:
+            return
+        self._phase(f"probing CPU rate ({probe_s:g} s at full load)")
+        start_at = time.monotonic() + PROBE_START_DELAY_S
+        here = origin()
+        batches = ray.get([h.probe.remote(probe_s, start_at, here) for h in self.cluster_hosts])
+        ray.get([h.record_probe.remote(b) for h, b in zip(self.cluster_hosts, batches, strict=True)])
+
+    # ----------------------------------------------------------------------------------------------------
+    # The run
+
+    def _start_coordinator(self, infos: list[dict]) -> None:
+        """The coordinator, then emulated time 0 fixed on every node and the coordinator started."""
+        import ray
+
+        scn, c, mon = self.scn, self.scn.cluster, self.mon
+        self._phase("running")
+        Coord = ray.remote(num_cpus=0, max_concurrency=8)(CoordinatorActor)
+        if self.joined:
+            # Beside this driver: its event file lands in the run folder, and it reads the driver's clock.
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            here_node = ray.get_runtime_context().get_node_id()
+            Coord = Coord.options(scheduling_strategy=NodeAffinitySchedulingStrategy(here_node, soft=False))
         # After the probe, not during it: the coordinator's process start (about a second of CPU) would
         # come out of the nodes while they are measured.
-        coordinator = Coord.remote(
-            str(run_dir),
+        self.coordinator = Coord.remote(
+            str(self.run_dir),
             c.nodes,
             scn.scheduler.name,
             scn.scheduler.params,
             scn.workload.seed,
-            list(jobs),
-            hosts=hosts,
-            nodes=[(i, n) for i, g in enumerate(groups) for n in g],
+            list(self.jobs),
+            hosts=self.hosts,
+            nodes=[(i, n) for i, g in enumerate(self.groups) for n in g],
             nic_addresses=[i["nic"] for i in infos],
-            tdf=tdf,
+            tdf=self.outcome.tdf,
             duration_s=scn.duration_s,
             monitoring=mon,
             node_memory_mb=c.memory_mb,
@@ -247,68 +364,78 @@ def run_ray(
             on_node_down=scn.faults.on_node_down,
         )
         if mon:
-            coord_sd = ray.get(coordinator.metrics_address.remote())
-            _write_targets(run_dir, run_id, nodes_sd, coord_sd, mon, head_sd)
+            coord_sd = ray.get(self.coordinator.metrics_address.remote())
+            _write_targets(self.run_dir, self.outcome.run_id, self.nodes_sd, coord_sd, mon, self.head_sd)
         t0 = time.monotonic() + CLOCK_START_DELAY_S
         here = origin()
-        ray.get([h.set_run.remote(t0, here, coordinator) for h in hosts])
-        ray.get(coordinator.start.remote(t0))
-        deadline = t_begin + scn.wall_limit_s
+        ray.get([h.set_run.remote(t0, here, self.coordinator) for h in self.hosts])
+        ray.get(self.coordinator.start.remote(t0))
+
+    def _watch(self) -> None:
+        """Polls the coordinator until every job ended (or the scenario's duration), or the wall limit."""
+        import ray
+
+        out = self.outcome
+        t_begin = self.marks[0][1]
+        deadline = t_begin + self.scn.wall_limit_s
         while True:
-            st = ray.get(coordinator.status.remote())
-            if on_status:
-                on_status(st)
-            if st["first_start_real"] is not None and "startup_s" not in facts:
-                facts["startup_s"] = st["first_start_real"] - t_begin
-                facts["phases_s"]["running until first job started"] = round(
-                    st["first_start_real"] - marks[-1][1], 3
+            st = ray.get(self.coordinator.status.remote())
+            self.hooks.on_status(st)
+            if st["first_start_real"] is not None and out.startup_s is None:
+                out.startup_s = st["first_start_real"] - t_begin
+                out.phases_s["running until first job started"] = round(
+                    st["first_start_real"] - self.marks[-1][1], 3
                 )
             if st.get("error"):
-                facts["error"] = st["error"]
+                out.error = st["error"]
             if st["done"]:
-                ended = st["ended"] or "all jobs ended"
+                out.ended = st["ended"] or ALL_JOBS_ENDED
                 break
             if time.monotonic() > deadline:
-                ended = f"wall_limit_s ({scn.wall_limit_s:g} s real) reached"
+                out.ended = f"wall_limit_s ({self.scn.wall_limit_s:g} s real) reached"
                 break
             time.sleep(0.25)
-        facts["nodes_down"] = st["down"]
-    except KeyboardInterrupt:
-        ended = "interrupted (Ctrl-C)"
-        raise
-    except BaseException as exc:
-        if isinstance(exc, RayStartError):
-            err = str(exc)
-        elif type(exc).__module__.startswith("ray"):
-            err = root_cause(exc)
-        else:
-            err = ev.describe_error(exc)
-        facts["error"] = facts.get("error") or err
-        ended = f"error: {facts['error']}"
-        raise
-    finally:
-        facts["ended"] = ended
-        _teardown(hosts, coordinator, ended)
-        if joined:
-            facts["logs_lost"] = _collect(hosts, groups, run_dir)
-        try:
-            ray.shutdown()
-        except Exception as exc:  # noqa: BLE001 - teardown must go on
-            log.warning("ray.shutdown failed: %s", exc)
-        if marked_before is None:
-            os.environ.pop(RUN_ID_ENV, None)
-        else:
-            os.environ[RUN_ID_ENV] = marked_before
-        left = cleanup_run(run_id)  # also whatever of Ray's outlived its shutdown
-        facts["cleanup"] = left
-        restore_session_group(old_nice)
-        janitor.terminate()
-        try:
-            janitor.wait(timeout=5)
-        except Exception:  # noqa: BLE001
-            janitor.kill()
-        ev.merge(sorted((run_dir / "events").glob("*.jsonl")), run_dir / "events.jsonl")
-    return facts
+        out.nodes_down = st["down"]
+
+    # ----------------------------------------------------------------------------------------------------
+    # Teardown
+
+    def _teardown(self, reason: str) -> None:
+        import ray
+
+        if self.coordinator is not None:
+            try:
+                ray.get(self.coordinator.stop.remote(reason), timeout=30)
+            except Exception as exc:  # noqa: BLE001 - a dead coordinator must not stop the agents' teardown
+                log.warning("coordinator stop failed: %s", exc)
+        refs = [h.shutdown.remote() for h in self.hosts]
+        for ref in refs:
+            try:
+                ray.get(ref, timeout=30)
+            except Exception as exc:  # noqa: BLE001 - a dead node's workers died with it; the janitor sweeps
+                log.info("node shutdown failed: %s", exc)
+
+
+def _check_quota(scn: Scenario, tdf: float) -> None:
+    """A node's CFS quota at this TDF, refused below the kernel's minimum (before anything starts)."""
+    c = scn.cluster
+    if c.envelope == "none":
+        return
+    from testbed.emulator.mechanism.envelope import quota_us
+
+    try:
+        quota_us(round(c.cfs_period_ms * 1000), c.cpu_rate, c.cores_per_node, tdf)
+    except ValueError as exc:
+        raise PreflightError(f"cluster.cfs_period_ms: {exc}") from None
+
+
+def _shutdown_ray() -> None:
+    import ray
+
+    try:
+        ray.shutdown()
+    except Exception as exc:  # noqa: BLE001 - teardown must go on
+        log.warning("ray.shutdown failed: %s", exc)
 
 
 def _check_node_resources(ray, address: str, need: int, nodes: int, per: int, head: bool) -> None:
@@ -367,19 +494,3 @@ def _write_targets(
     from testbed.monitoring.prometheus import write_targets
 
     write_targets(run_dir, run_id, nodes, coordinator, mon["scrape_interval_s"], head=head)
-
-
-def _teardown(hosts: list, coordinator, reason: str) -> None:
-    import ray
-
-    if coordinator is not None:
-        try:
-            ray.get(coordinator.stop.remote(reason), timeout=30)
-        except Exception as exc:  # noqa: BLE001 - a dead coordinator must not stop the agents' teardown
-            log.warning("coordinator stop failed: %s", exc)
-    refs = [h.shutdown.remote() for h in hosts]
-    for ref in refs:
-        try:
-            ray.get(ref, timeout=30)
-        except Exception as exc:  # noqa: BLE001 - a dead node's workers died with it; the janitor sweeps
-            log.info("node shutdown failed: %s", exc)

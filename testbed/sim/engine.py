@@ -41,13 +41,16 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from testbed.apps.base import Collective, Compute, Progress, Recv, Send, SimContext, Sleep
 from testbed.core import events as ev
+from testbed.core.backend import ALL_JOBS_ENDED, INTERRUPTED, Hooks, Outcome
 from testbed.core.decision import DecisionCore
 from testbed.core.jobs import FINAL, Job
 from testbed.core.kinds import Fault, FaultKind, OnNodeDown
+from testbed.schedulers import registry
 from testbed.schedulers.base import (
     CollectiveEnter,
     CollectiveLeave,
@@ -70,6 +73,9 @@ from testbed.schedulers.base import (
     SlotStart,
     Timer,
 )
+
+if TYPE_CHECKING:
+    from testbed.scenario import Scenario
 
 #: Linux CFS load weight by nice value (kernel/sched/core.c, sched_prio_to_weight), nice -20 first.
 CFS_WEIGHTS = (
@@ -189,7 +195,13 @@ class _Node:
 
 
 class Simulation:
-    """One run. Use :func:`simulate`; the class is public so tests can inspect the state after a run."""
+    """One run. Use :func:`simulate`; the class is public so tests can inspect the state after a run.
+
+    The class itself is the simulator's backend for the runner (:class:`testbed.core.backend.Backend`):
+    :meth:`run_scenario` builds a simulation of a scenario and runs it into a results folder."""
+
+    #: The summary's ``backend``.
+    name = "sim"
 
     def __init__(
         self,
@@ -258,6 +270,34 @@ class Simulation:
             if not 0 <= f.node < nodes:
                 raise ValueError(f"faults: {f}: needs a node 0..{nodes - 1}")
             self._push(f.at_s, _FAULT, f.node, FaultKind(f.kind))
+
+    # ----------------------------------------------------------------------------------------------------
+    # The runner's interface (testbed/core/backend.py)
+
+    @classmethod
+    def run_scenario(cls, scn: Scenario, jobs: Sequence[Job], run_dir: Path, hooks: Hooks) -> Outcome:
+        """Simulates ``scn``'s ``jobs`` into ``run_dir``. The simulation is built here, so one that cannot
+        be built ends with its outcome too. Events are streamed to ``run_dir/events.jsonl`` as they happen
+        (in time order): a run of millions of events is not held, and what an interrupted one simulated is
+        kept."""
+        outcome = Outcome(tdf=1.0, envelope="modelled")
+        sink = ev.JsonlSink(run_dir / "events.jsonl")
+        try:
+            sched = registry.get(scn.scheduler.name)
+            sim = cls(jobs, sched, scn.scheduler.params, sink=sink, **_options(scn))
+            sim.run(on_status=hooks.on_status)
+        except KeyboardInterrupt as exc:
+            outcome.ended, outcome.cause = INTERRUPTED, exc
+        except Exception as exc:  # noqa: BLE001 - a policy (or the model) raised: the run's outcome
+            outcome.error = f"the simulation stopped: {ev.describe_error(exc)}"
+            outcome.ended, outcome.cause = f"error: {outcome.error}", exc
+        else:
+            # Said as a real run says it: the duration, a stall (the simulator's own reason), or every job
+            # ended.
+            outcome.ended = sim.core.ended or ALL_JOBS_ENDED
+        finally:
+            sink.close()
+        return outcome
 
     # ----------------------------------------------------------------------------------------------------
     # Event log
@@ -797,6 +837,22 @@ class Simulation:
         node.queue.append(ProcExited(p.proc))
         self._pending_nodes[node.idx] = node
         self._exits.append(p)
+
+
+def _options(scn: Scenario) -> dict[str, Any]:
+    """:class:`Simulation`'s keyword arguments from a scenario (its cluster, network, duration, faults)."""
+    c = scn.cluster
+    return {
+        "nodes": c.nodes,
+        "cpu_rate": c.cpu_rate,
+        "seed": scn.workload.seed,
+        "duration": scn.duration_s,
+        "latency_s": c.network.latency_us * 1e-6,
+        "node_memory_mb": c.memory_mb,
+        "bandwidth_Bps": c.network.bandwidth_mbps * 1e6 / 8 if c.network.bandwidth_mbps else None,
+        "faults": scn.faults.faults(),
+        "on_node_down": scn.faults.on_node_down,
+    }
 
 
 def simulate(*args: Any, **kwargs: Any) -> list[dict]:

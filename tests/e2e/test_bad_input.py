@@ -273,7 +273,7 @@ def test_an_agent_that_cannot_start_is_one_line_not_rays_whole_error(tmp_path):
     cfg = NodeConfig(run_id="test-rootcause", node=0, run_dir="relative/run", tdf=1.0, envelope="none")
     ray.init(address="local", include_dashboard=False, log_to_driver=False, namespace="test-rootcause")
     try:
-        agent = ray.remote(num_cpus=0)(AgentHost).remote([cfg.__dict__])
+        agent = ray.remote(num_cpus=0)(AgentHost).remote([cfg])
         with pytest.raises(Exception) as ei:
             ray.get(agent.info.remote(), timeout=120)
     finally:
