@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 from rich.console import Console
+from rich.measure import Measurement
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Cluster CPU-scheduling emulation testbed."
@@ -23,7 +27,6 @@ def _print_table(table) -> None:
     if out.is_terminal:
         out.print(table)
         return
-    from rich.measure import Measurement
 
     natural = Measurement.get(out, out.options.update(width=10_000), table).maximum
     width = out.width
@@ -147,7 +150,6 @@ def _checked_run(scenario: Path, backend: str, set_, out_dir: Path | None, force
 def _run_showing_progress(scn, backend: str, dest: Path, quiet: bool, prometheus: bool) -> list[dict]:
     """runner.run with a progress bar; how it ended, when not as a whole, as one line and the exit
     status."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from testbed import runner
 
@@ -192,8 +194,6 @@ def _run_showing_progress(scn, backend: str, dest: Path, quiet: bool, prometheus
     except runner.PreflightError as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
     except Exception as exc:  # noqa: BLE001 - a bug of ours: one line here, the traceback in the folder
-        import traceback
-
         (dest / "error.txt").write_text(traceback.format_exc())
         from testbed.core.events import describe_error
 
@@ -338,7 +338,6 @@ def validate(
 ) -> None:
     """Check a scenario file, and everything `testbed run` checks before starting (parameter values, the
     envelope, the CFS quota, the results folder); print the scenario with every default filled in."""
-    import yaml
 
     scn = _load(scenario, set_)
     notes = _preflight(scn, backend, out_dir, force)

@@ -46,6 +46,7 @@ from typing import Any
 from testbed.apps.environ import MARK_NODE
 from testbed.apps.environ import MARK_RUN_ID as RUN_ID_ENV  # the name other modules import it by here
 from testbed.emulator.mechanism.envelope import TOP, cgroup_mounts, rmdir_up
+from testbed.emulator.mechanism.priority import restore_session_group
 
 _NEEDLE = RUN_ID_ENV.encode() + b"="
 POLL_S = 0.2
@@ -362,8 +363,6 @@ def watch(
         report["session_nice_restored"] = _restore_session_nice(*session_nice)
     if run_dir is not None and not stop:
         try:
-            from pathlib import Path
-
             from testbed.results import summary as results
 
             results.rebuild(
@@ -380,7 +379,6 @@ def watch(
 
 def _restore_session_nice(sid: int, nice: str) -> bool:
     """Through any live process of session ``sid`` (an autogroup is the session's)."""
-    from testbed.emulator.mechanism.priority import restore_session_group
 
     for name in os.listdir("/proc"):
         if not name.isdigit():

@@ -20,6 +20,7 @@ import os
 import re
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import yaml
@@ -27,10 +28,15 @@ import yaml
 from testbed.core import events as ev
 from testbed.core.backend import Backend, Hooks, PreflightError
 from testbed.core.clock import host_cores
+from testbed.emulator.mechanism import docker_envelope
+from testbed.emulator.mechanism.envelope import MIN_QUOTA_US, probe_envelopes, probe_pod
+from testbed.results import comparison
 from testbed.results import folder as outfolder
 from testbed.results import summary as results
-from testbed.scenario import Scenario, effective_tdf
+from testbed.scenario import Scenario, effective_tdf, sweep
 from testbed.scenario.workload import build
+from testbed.schedulers import registry
+from testbed.schedulers.base import PolicyConfigError
 from testbed.sim import Simulation
 
 BACKENDS = ("ray", "sim")
@@ -61,23 +67,15 @@ def preflight(scn: Scenario, backend: str, out: Path | None = None, force: bool 
         raise PreflightError(f"--backend: unknown backend '{backend}'; known: {', '.join(BACKENDS)}")
     runs = [("", scn)]
     if scn.sweep:
-        from testbed.scenario import sweep
-
         runs = [(f"variant '{v.name}': ", v.scenario) for v in sweep.variants(scn)]
     for where, s in runs:
         _check_policies(s, where)
     notes: list[str] = []
     if backend == "ray":
-        from testbed.emulator.mechanism.envelope import probe_envelopes
-
         usable: dict[str, str | None] = probe_envelopes()
         if any(s.cluster.envelope == "docker" for _, s in runs):
-            from testbed.emulator.mechanism import docker_envelope
-
             usable["docker"] = docker_envelope.probe()
         if any(s.cluster.envelope == "pod" for _, s in runs):
-            from testbed.emulator.mechanism.envelope import probe_pod
-
             usable["pod"] = probe_pod()
         for where, s in runs:
             note = _check_envelope(s, usable, where)
@@ -93,8 +91,6 @@ def preflight(scn: Scenario, backend: str, out: Path | None = None, force: bool 
 def _check_policies(scn: Scenario, where: str) -> None:
     """Builds the global policy and one local policy with the scenario's parameters: what the policies
     check when they are built is then refused here, not in a node agent after Ray has started."""
-    from testbed.schedulers import registry
-    from testbed.schedulers.base import PolicyConfigError
 
     s = scn.scheduler
     sched = registry.get(s.name)  # the scenario model already checked the name
@@ -112,7 +108,6 @@ def _check_policies(scn: Scenario, where: str) -> None:
 
 
 def _check_envelope(scn: Scenario, usable: dict[str, str | None], where: str) -> str | None:
-    from testbed.emulator.mechanism.envelope import MIN_QUOTA_US
 
     c = scn.cluster
     if c.envelope == "none":
@@ -347,10 +342,6 @@ def _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice) -> li
     """Each variant (and repetition) in turn. A variant that raises is recorded with its error and the
     sweep goes on; Ctrl-C stops the sweep (each run cleans up after itself) and the comparison of what
     finished is still written before the interrupt goes on up."""
-    import traceback
-
-    from testbed.results import comparison
-    from testbed.scenario import sweep
 
     if backend not in BACKENDS:
         raise PreflightError(f"--backend: unknown backend '{backend}'; known: {', '.join(BACKENDS)}")

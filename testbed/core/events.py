@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+import traceback
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -52,7 +53,6 @@ POLICY_KILL = "killed by the policy"
 def describe_error(exc: BaseException) -> str:
     """One line for an exception: its type, its message, and where it was raised (the innermost frame),
     e.g. ``ZeroDivisionError: division by zero (schedulers/gang.py:120 in submit)``."""
-    import traceback
 
     msg = " ".join(str(exc).split())
     text = f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__

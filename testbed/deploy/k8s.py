@@ -38,12 +38,18 @@ can run on the machine this was written on.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from testbed.monitoring import dashboards
+from testbed.scenario import load
+from testbed.scenario.model import read_doc
+from testbed.scenario.workload import build
 
 #: The image every pod runs: Ray plus this package (k8s/image/Dockerfile builds it).
 IMAGE = "testbed:0.1.0"
@@ -203,7 +209,6 @@ def podmonitor(name: str, scn: dict) -> dict:
 
 
 def dashboards_configmap() -> dict:
-    from testbed.monitoring import dashboards
 
     built = dashboards.build_all()
     return {
@@ -252,9 +257,6 @@ def _dump(obj: Any) -> str:
 
 def render(scenario: str | Path, image: str = IMAGE) -> dict[str, str | bytes]:
     """file name -> content of the kustomize folder for ``scenario`` (validated first)."""
-    from testbed.scenario import load
-    from testbed.scenario.model import read_doc
-    from testbed.scenario.workload import build
 
     path = Path(scenario)
     head_node = any(j.kind.head for j in build(load(path)))  # load: ScenarioError names the field and fix
@@ -314,8 +316,6 @@ def objects(files: dict[str, str | bytes]) -> list[dict]:
         for fn in gen["files"]:
             content = files[fn]
             if isinstance(content, bytes):
-                import base64
-
                 cm.setdefault("binaryData", {})[fn] = base64.b64encode(content).decode()
             else:
                 cm.setdefault("data", {})[fn] = content

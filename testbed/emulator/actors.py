@@ -17,6 +17,8 @@ import dataclasses
 import os
 import shutil
 
+import ray  # only in a Ray actor
+
 from testbed.core.clock import localize
 from testbed.emulator.agent import NodeAgent, NodeConfig
 from testbed.emulator.control import BATCHED, NodeCommand, execute
@@ -36,7 +38,6 @@ def _at_host(cfg: NodeConfig) -> NodeConfig:
     mon = cfg.monitoring or {}
     if AT_RAY_NODE not in (cfg.nic_host, mon.get("host")):
         return cfg
-    import ray  # only in a Ray actor
 
     ip = ray.util.get_node_ip_address()
     return dataclasses.replace(
@@ -112,7 +113,6 @@ class AgentHost:
     def where(self) -> dict:
         """Where this process runs: its Ray node and address (a joined cluster's placement, for the
         summary)."""
-        import ray
 
         return {
             "nodes": sorted(self.agents),

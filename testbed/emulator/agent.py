@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from testbed.emulator.mechanism.forkserver import ForkServer
 from testbed.emulator.mechanism.priority import raise_process_nice, raise_thread_priority
 from testbed.emulator.mechanism.process import BaseWorker
 from testbed.emulator.nic import Nic
-from testbed.janitor import scratch_root
+from testbed.janitor import processes_with, scratch_root, session_members
 from testbed.schedulers import registry
 from testbed.schedulers.base import (
     JobSpec,
@@ -442,7 +443,6 @@ class NodeAgent:
         forked worker leads its own session) and, for a worker started by exec, the processes that carry
         its environment. Runs on the spawner thread: finding them reads /proc, which the loop's timers must
         not wait for."""
-        from testbed.janitor import processes_with, session_members
 
         mark = leftover_marks(self.cfg.run_id, self.node, proc.job_id, proc.rank)
         candidates = self.envelope.pids() if self.envelope.fixes_rate else None
@@ -656,7 +656,6 @@ class NodeAgent:
         """Records the node's first error and tells the coordinator, which ends the run with it."""
         if self.error is not None:
             return
-        import traceback
 
         self.error = error
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)) if exc else None

@@ -22,12 +22,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
 from testbed.core import events as ev
 from testbed.core.backend import ALL_JOBS_ENDED, INTERRUPTED, Hooks, PreflightError, RealOutcome
 from testbed.core.clock import origin
 from testbed.emulator.actors import AT_RAY_NODE, AgentHost, CoordinatorActor
 from testbed.emulator.agent import WORKER_MODULES, NodeConfig
+from testbed.emulator.mechanism.envelope import quota_us
 from testbed.emulator.mechanism.priority import raise_session_group, restore_session_group
+from testbed.janitor import RUN_ID_ENV, cleanup_run, start_janitor
+from testbed.monitoring import prometheus as prom
+from testbed.monitoring.prometheus import write_targets
+from testbed.scenario import effective_tdf
 
 if TYPE_CHECKING:  # the actor processes import this module's actors only: keep pydantic out of them
     from testbed.core.jobs import Job
@@ -86,7 +94,6 @@ class RayBackend:
         """Runs one repetition on real processes; ``run_dir/events.jsonl`` is merged from every
         component's log however it ended. Raises :class:`PreflightError` only, before anything starts,
         for a CFS quota below the kernel's minimum (``testbed run`` refused it already)."""
-        from testbed.scenario import effective_tdf
 
         self.scn, self.jobs, self.run_dir, self.hooks = scn, jobs, run_dir, hooks
         self.joined = scn.cluster.ray_address is not None
@@ -127,7 +134,6 @@ class RayBackend:
         if not m.enabled:
             yield
             return
-        from testbed.monitoring import prometheus as prom
 
         d = prom.write_targets(self.run_dir, None, scrape_interval_s=m.scrape_interval_s)
         if not self.prometheus:
@@ -148,9 +154,6 @@ class RayBackend:
     def _run(self) -> None:
         """Bring-up, probe, run, under a janitor; the teardown whatever happens (the ``ended`` it is told
         is decided first). What ends the run is recorded, not raised."""
-        import ray  # noqa: F401 - imported before the start-up clock starts: importing is not bringing up
-
-        from testbed.janitor import RUN_ID_ENV, cleanup_run, start_janitor
 
         out = self.outcome
         out.run_id, out.phases_s = new_run_id(), {}
@@ -202,7 +205,6 @@ class RayBackend:
     # Bring-up
 
     def _start_ray(self) -> None:
-        import ray
 
         self._phase("starting Ray")
         # Ray starts at most num_cpus worker processes at a time (2 here), which serialises the start of
@@ -236,7 +238,6 @@ class RayBackend:
     def _start_agents(self) -> list[dict]:
         """The node agents, ``cluster.nodes_per_process`` to an actor (the head node's in one of its own);
         returns what each reported (:meth:`testbed.emulator.actors.AgentHost.info`)."""
-        import ray
 
         c, out = self.scn.cluster, self.outcome
         per = c.nodes_per_process
@@ -317,7 +318,6 @@ class RayBackend:
 
     def _probe(self) -> None:
         """Every node's delivered CPU rate, measured at full load at once (recorded in the event log)."""
-        import ray
 
         probe_s = self.scn.clock.rate_probe_s
         if probe_s <= 0:
@@ -333,14 +333,12 @@ class RayBackend:
 
     def _start_coordinator(self, infos: list[dict]) -> None:
         """The coordinator, then emulated time 0 fixed on every node and the coordinator started."""
-        import ray
 
         scn, c, mon = self.scn, self.scn.cluster, self.mon
         self._phase("running")
         Coord = ray.remote(num_cpus=0, max_concurrency=8)(CoordinatorActor)
         if self.joined:
             # Beside this driver: its event file lands in the run folder, and it reads the driver's clock.
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             here_node = ray.get_runtime_context().get_node_id()
             Coord = Coord.options(scheduling_strategy=NodeAffinitySchedulingStrategy(here_node, soft=False))
@@ -373,7 +371,6 @@ class RayBackend:
 
     def _watch(self) -> None:
         """Polls the coordinator until every job ended (or the scenario's duration), or the wall limit."""
-        import ray
 
         out = self.outcome
         t_begin = self.marks[0][1]
@@ -401,7 +398,6 @@ class RayBackend:
     # Teardown
 
     def _teardown(self, reason: str) -> None:
-        import ray
 
         if self.coordinator is not None:
             try:
@@ -421,7 +417,6 @@ def _check_quota(scn: Scenario, tdf: float) -> None:
     c = scn.cluster
     if c.envelope == "none":
         return
-    from testbed.emulator.mechanism.envelope import quota_us
 
     try:
         quota_us(round(c.cfs_period_ms * 1000), c.cpu_rate, c.cores_per_node, tdf)
@@ -430,7 +425,6 @@ def _check_quota(scn: Scenario, tdf: float) -> None:
 
 
 def _shutdown_ray() -> None:
-    import ray
 
     try:
         ray.shutdown()
@@ -456,7 +450,6 @@ def _check_node_resources(ray, address: str, need: int, nodes: int, per: int, he
 def _collect(hosts: list, groups: list[list[int]], run_dir: Path) -> list[int]:
     """Brings each agent process's files (events, logs: written on its own host) into the run folder;
     returns the nodes whose files were lost with their process."""
-    import ray
 
     lost: list[int] = []
     for h, nodes in zip(hosts, groups, strict=False):  # hosts: those started before an error
@@ -491,6 +484,5 @@ def _write_targets(
     run_dir: Path, run_id: str, nodes: list, coordinator: str | None, mon: dict, head: tuple | None = None
 ) -> None:
     # Prometheus file_sd, rewritten as exporters come up (monitoring/prometheus.py).
-    from testbed.monitoring.prometheus import write_targets
 
     write_targets(run_dir, run_id, nodes, coordinator, mon["scrape_interval_s"], head=head)

@@ -14,6 +14,7 @@ import concurrent.futures as cf
 import os
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -141,7 +142,6 @@ class Coordinator:
         if exc is None:
             self._abort(f"coordinator: {context.get('message', 'error in the event loop')}")
             return
-        import traceback
 
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         self._abort(f"coordinator (scheduler {self.sched_name}): {ev.describe_error(exc)}", tb)

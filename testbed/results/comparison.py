@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+
 from testbed.core.jobs import StrEnum
 from testbed.results import summary as results
 from testbed.scenario.sweep import Variant
@@ -275,7 +277,6 @@ def table(rows: list[dict], title: str = "comparison"):
     """A rich table of comparison rows (dicts from :func:`comparison_rows` or read back from the CSV):
     one column per variant, like :func:`testbed.results.summary.table`, so that a handful of variants fits a
     terminal; the CSV has one row per variant."""
-    from rich.table import Table
 
     fixed = {"variant", "status", "repetitions", "error", *JOB_STATES}
     cols = [k for k in (rows[0] if rows else {}) if not k.endswith("_stdev")]

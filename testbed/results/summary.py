@@ -14,10 +14,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.table import Table
+
 from testbed.apps.reports import DEADLINE_UNITS as _DEADLINE_UNITS
 from testbed.apps.reports import DEADLINES_MISSED, FINISH_UNIT, SAMPLE_UNITS
 from testbed.core import events as ev
 from testbed.core.jobs import StrEnum
+from testbed.scenario import ScenarioError, load
 
 JOB_COLUMNS = [
     "job_id",
@@ -459,7 +462,6 @@ def rebuild(run_dir: Path, ended: str | None = None, allow_empty: bool = False) 
     driver recorded in an earlier summary.json (how the run ended, the error, start-up figures) is kept,
     and ``ended`` fills it in when the driver recorded nothing. ``allow_empty``: a run that stopped
     before any event (Ray never started) still gets its summary."""
-    from testbed.scenario import ScenarioError, load
 
     run_dir = Path(run_dir)
     parts = sorted((run_dir / "events").glob("*.jsonl"))
@@ -500,7 +502,6 @@ def rebuild(run_dir: Path, ended: str | None = None, allow_empty: bool = False) 
 
 def table(summaries: list[dict], title: str = "results"):
     """A rich table of one or more summaries (one column per run)."""
-    from rich.table import Table
 
     t = Table(title=title)
     t.add_column("metric")

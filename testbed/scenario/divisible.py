@@ -16,7 +16,13 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from testbed.apps.divisible import DivisibleConfig
+from testbed.core.jobs import Job
+from testbed.schedulers.base import JobSpec
+from testbed.schedulers.divisible import Load, exec_time, fastest
 
 
 class _Model(BaseModel):
@@ -59,12 +65,6 @@ class DivisibleTasks(_Model):
 
 def draw(gen: DivisibleTasks, cluster_nodes: int, seed: int) -> list:
     """The tasks, as jobs of the ``divisible`` kind (their policy fields are added by the kind's bind)."""
-    import numpy as np
-
-    from testbed.apps.divisible import DivisibleConfig
-    from testbed.core.jobs import Job
-    from testbed.schedulers.base import JobSpec
-    from testbed.schedulers.divisible import Load, exec_time, fastest
 
     rng = np.random.default_rng([seed, 1])  # a stream of its own: adding it changes no other generator's
     nodes = min(gen.nodes or cluster_nodes, cluster_nodes)

@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from testbed.apps import registry as kinds
+from testbed.core.clock import auto_tdf
 from testbed.core.kinds import ENVELOPE_KINDS, Fault, FaultKind, OnNodeDown
 from testbed.scenario.divisible import DivisibleTasks
 from testbed.schedulers import registry
@@ -843,7 +844,6 @@ def _resolve_trace(doc: dict, base: Path) -> None:
 
 
 def effective_tdf(scn: Scenario, cores: int | None = None) -> float:
-    from testbed.core.clock import auto_tdf
 
     if scn.clock.tdf == "auto":
         c = scn.cluster

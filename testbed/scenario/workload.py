@@ -17,8 +17,9 @@ import numpy as np
 from testbed.apps import registry as kinds
 from testbed.apps.base import AppConfig, JobPlan, Shape, WaitSpec
 from testbed.core.jobs import Job
-from testbed.scenario import divisible, swf
+from testbed.scenario.divisible import draw as draw_divisible
 from testbed.scenario.model import Scenario
+from testbed.scenario.swf import read as read_trace
 from testbed.schedulers import registry
 from testbed.schedulers.base import JobSpec, RealTime, job_wait
 
@@ -135,7 +136,7 @@ def _replayed(scn: Scenario, waits: _Waits) -> list[Job]:
     nodes = scn.cluster.nodes
     out: list[Job] = []
     t0 = None
-    usable = (j for j in swf.read(tr.path) if j.run > 0 and j.procs > 0)
+    usable = (j for j in read_trace(tr.path) if j.run > 0 and j.procs > 0)
     for i, tj in enumerate(usable):
         if i < tr.skip:
             continue
@@ -167,5 +168,5 @@ def _divisible(scn: Scenario, waits: _Waits) -> list[Job]:
     gen = scn.workload.divisible
     if gen is None:
         return []
-    tasks = divisible.draw(gen, scn.cluster.nodes, scn.workload.seed)
+    tasks = draw_divisible(gen, scn.cluster.nodes, scn.workload.seed)
     return [_job(t.spec, _plan(t.app, t.spec.submit_time, scn), waits) for t in tasks]

@@ -15,7 +15,8 @@ import pytest
 
 from testbed import janitor
 from testbed.emulator.mechanism import envelope as envmod
-from testbed.emulator.mechanism import make_envelope, spawn
+from testbed.emulator.mechanism.envelopes import make_envelope
+from testbed.emulator.mechanism.process import spawn
 from testbed.janitor import cleanup_run, marked_processes, start_janitor
 
 from ..conftest import requires
@@ -78,7 +79,8 @@ def freeze(run_id: str, node: int, pid: int) -> None:
 
 PARENT = inspect.getsource(freeze) + textwrap.dedent("""
     import json, os, subprocess, sys, time
-    from testbed.emulator.mechanism import make_envelope, spawn
+    from testbed.emulator.mechanism.envelopes import make_envelope
+    from testbed.emulator.mechanism.process import spawn
     rid = sys.argv[1]
     busy = [sys.executable, "-c", "while True: pass"]
     nodes = [make_envelope("cgroup-v1", rid, k, 1.0, 4.0) for k in range(2)]
