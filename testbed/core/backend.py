@@ -27,6 +27,11 @@ INTERRUPTED = "interrupted (Ctrl-C)"
 ALL_JOBS_ENDED = "all jobs ended"
 
 
+def wall_limit_reached(limit_s: float) -> str:
+    """How a run that reached the scenario's ``wall_limit_s`` ended, in either backend."""
+    return f"wall_limit_s ({limit_s:g} s real) reached"
+
+
 class PreflightError(ValueError):
     """The run cannot start as asked; the message is one line naming the field or option and the fix."""
 

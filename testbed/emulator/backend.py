@@ -26,7 +26,14 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from testbed.core import events as ev
-from testbed.core.backend import ALL_JOBS_ENDED, INTERRUPTED, Hooks, PreflightError, RealOutcome
+from testbed.core.backend import (
+    ALL_JOBS_ENDED,
+    INTERRUPTED,
+    Hooks,
+    PreflightError,
+    RealOutcome,
+    wall_limit_reached,
+)
 from testbed.core.clock import origin
 from testbed.emulator.actors import AT_RAY_NODE, AgentHost, CoordinatorActor
 from testbed.emulator.agent import WORKER_MODULES, NodeConfig
@@ -389,7 +396,7 @@ class RayBackend:
                 out.ended = st["ended"] or ALL_JOBS_ENDED
                 break
             if time.monotonic() > deadline:
-                out.ended = f"wall_limit_s ({self.scn.wall_limit_s:g} s real) reached"
+                out.ended = wall_limit_reached(self.scn.wall_limit_s)
                 break
             time.sleep(0.25)
         out.nodes_down = st["down"]

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from testbed.apps.base import Collective, Compute, Progress, Recv, Send, SimContext, Sleep
 from testbed.core import events as ev
-from testbed.core.backend import ALL_JOBS_ENDED, INTERRUPTED, Hooks, Outcome
+from testbed.core.backend import ALL_JOBS_ENDED, INTERRUPTED, Hooks, Outcome, wall_limit_reached
 from testbed.core.decision import DecisionCore
 from testbed.core.jobs import FINAL, Job
 from testbed.core.kinds import Fault, FaultKind, OnNodeDown
@@ -220,6 +220,7 @@ class Simulation:
         faults: Sequence[Fault] = (),
         on_node_down: OnNodeDown = OnNodeDown.FAIL,
         sink: Callable[[dict], Any] | None = None,
+        wall_limit_s: float | None = None,
     ) -> None:
         """``sink(record)`` receives each event as it happens (e.g. a file, so that a run of millions of
         events, or an interrupted one, keeps its log without holding it); by default they are kept in
@@ -237,6 +238,9 @@ class Simulation:
         self.bandwidth = bandwidth_Bps
         self.skew = float(switch_skew_s)
         self.duration = duration
+        #: Real seconds the run may take, as on real processes: a scenario whose events never thin out
+        #: (a tiny quantum over a long job) ends with the limit, not when the user gives up.
+        self.wall_limit_s = wall_limit_s
         self.events: list[dict] = []
         self._sink = sink if sink is not None else self.events.append
         self.coord = "coordinator"
@@ -339,6 +343,7 @@ class Simulation:
             _FAULT: self._on_fault,
         }
         stall_reason = None
+        deadline = None if self.wall_limit_s is None else time.monotonic() + self.wall_limit_s
         while self._heap:
             t, _seq, kind, payload = self._heap[0]
             if self.duration is not None and t > self.duration:
@@ -366,12 +371,20 @@ class Simulation:
             handlers[kind](*payload)
             self._settle()
             steps += 1
-            if on_status is not None and not steps & 0x3FF and time.monotonic() >= next_status:
-                on_status(self.status())
-                next_status = time.monotonic() + every_s
+            if not steps & 0x3FF:
+                if deadline is not None and time.monotonic() > deadline:
+                    stall_reason = wall_limit_reached(self.wall_limit_s)
+                    break
+                if on_status is not None and time.monotonic() >= next_status:
+                    on_status(self.status())
+                    next_status = time.monotonic() + every_s
         if on_status is not None:
             on_status(self.status())
-        if self.duration is not None and (not self._heap or self._heap[0][0] > self.duration):
+        if (
+            stall_reason is None
+            and self.duration is not None
+            and (not self._heap or self._heap[0][0] > self.duration)
+        ):
             self._end(self.duration, KILLED_REASON)
         else:
             self._end(self.now, stall_reason or "simulation stalled: no event left and the job never ended")
@@ -852,6 +865,7 @@ def _options(scn: Scenario) -> dict[str, Any]:
         "bandwidth_Bps": c.network.bandwidth_mbps * 1e6 / 8 if c.network.bandwidth_mbps else None,
         "faults": scn.faults.faults(),
         "on_node_down": scn.faults.on_node_down,
+        "wall_limit_s": scn.wall_limit_s,
     }
 
 

@@ -158,3 +158,24 @@ def test_a_bad_set_value_is_shown_bounded():
     with pytest.raises(ScenarioError) as exc:
         load(doc=BASE, overrides=["name=[" + "x" * 5000])
     assert len(str(exc.value)) < 300
+
+
+def test_the_simulator_honours_wall_limit_s(tmp_path):
+    # A run whose events never thin out (a 1 ms quantum over ten million rounds) ends at the limit, as a
+    # real run does, with its results written: before, the simulator had no wall limit at all.
+    import json
+
+    from testbed import runner
+
+    doc = copy.deepcopy(BASE)
+    doc["workload"] = {"jobs": [{"id": "long", "size": 4, "app": {"iterations": 10_000_000, "gcomp": 1}}]}
+    doc.pop("faults")
+    doc.update(duration_s=None, wall_limit_s=2.0)
+    doc["scheduler"] = {"name": "gang", "params": {"mpl": 2, "quantum_ms": 1, "lead_ms": 0.5}}
+    t = time.monotonic()
+    summary = runner.run_once(load(doc=doc), "sim", tmp_path / "out")
+    assert time.monotonic() - t < 30
+    assert summary["ended"] == "wall_limit_s (2 s real) reached"
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["jobs_by_state"] == {
+        "COMPLETED_KILLED": 1
+    }
