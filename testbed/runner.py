@@ -28,6 +28,7 @@ import yaml
 from testbed.core import events as ev
 from testbed.core.backend import Backend, Hooks, PreflightError
 from testbed.core.clock import host_cores
+from testbed.emulator import ray_auth
 from testbed.emulator.mechanism import docker_envelope
 from testbed.emulator.mechanism.envelope import MIN_QUOTA_US, probe_envelopes, probe_pod
 from testbed.results import comparison
@@ -277,7 +278,7 @@ def run_once(
         (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scn.model_dump(mode="json"), sort_keys=False))
         jobs = build(scn)
         hooks = Hooks(on_status, on_phase, notice)
-        outcome = _backend(backend, prometheus).run_scenario(scn, jobs, run_dir, hooks)
+        outcome = _backend(backend, prometheus, scn).run_scenario(scn, jobs, run_dir, hooks)
         # The results come from the event log only, with how the run ended.
         summary = results.write(
             run_dir,
@@ -292,10 +293,12 @@ def run_once(
         return summary
 
 
-def _backend(name: str, prometheus: bool) -> Backend:
+def _backend(name: str, prometheus: bool, scn: Scenario) -> Backend:
     """The backend named ``name`` (one of :data:`BACKENDS`)."""
     if name == "sim":
         return Simulation  # the class itself: it builds the simulation of each scenario it is given
+    if scn.cluster.ray_address is None:
+        ray_auth.enable_for_local_run()  # before Ray is imported: it reads the token once
     from testbed.emulator.backend import RayBackend  # Ray and the mechanism: only for real runs
 
     return RayBackend(prometheus=prometheus)

@@ -58,6 +58,8 @@ CLOCK_START_DELAY_S = 0.3
 #: The head node's local policy: it runs every process it is given at once (batch's RunAll), whatever the
 #: cluster's policy, since the head is one machine outside every policy's view (paper 001's data source).
 HEAD_NODE_SCHEDULER = "batch"
+#: Where a local run's NICs listen and what its Ray advertises.
+LOOPBACK = "127.0.0.1"
 #: The Ray resource a joined cluster's node offers for each agent process it hosts (k8s/: one per pod).
 NODE_RESOURCE = "testbed_node"
 
@@ -212,7 +214,6 @@ class RayBackend:
     # Bring-up
 
     def _start_ray(self) -> None:
-
         self._phase("starting Ray")
         # Ray starts at most num_cpus worker processes at a time (2 here), which serialises the start of
         # 16 actors; and numpy in each worker would size thread pools by the host's cores.
@@ -235,6 +236,8 @@ class RayBackend:
                 log_to_driver=False,
                 configure_logging=True,
                 namespace=f"testbed-{self.outcome.run_id}",
+                # A local run's Ray advertises loopback only (its ports are closed by token: ray_auth.py).
+                **({} if self.joined else {"_node_ip_address": LOOPBACK}),
             )
         except Exception as exc:  # noqa: BLE001 - any way Ray fails to start is one line for the user
             raise RayStartError(f"Ray failed to start: {root_cause(exc)}") from exc
@@ -305,7 +308,7 @@ class RayBackend:
                 bandwidth_Bps=c.network.bandwidth_mbps * 1e6 / 8 if c.network.bandwidth_mbps else None,
                 monitoring=node_mon,
                 preload=tuple(sorted({j.kind.__module__ for j in self.jobs} - set(WORKER_MODULES))),
-                nic_host=AT_RAY_NODE if self.joined else "127.0.0.1",
+                nic_host=AT_RAY_NODE if self.joined else LOOPBACK,
                 scratch=self.joined,
             )
             for n in range(c.nodes)
