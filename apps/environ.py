@@ -47,6 +47,7 @@ RUN_ID = "TB_RUN_ID"
 NODE = "TB_NODE"
 NODE_NIC = "TB_NODE_NIC"
 IO_DIR = "TB_IO_DIR"
+KEY = "TB_KEY"
 #: The marks of every process of a run, which the janitor looks for in /proc/<pid>/environ.
 MARK_RUN_ID = "TESTBED_RUN_ID"
 MARK_NODE = "TESTBED_NODE"
@@ -133,11 +134,12 @@ class NodeEnv:
     node: int | None = None
     node_nic: str | None = None  # the worker's own NIC (None: the one its rank has in the job's NICs)
     io_dir: str | None = None  # absolute: the node's folder for real I/O files
+    key: str | None = None  # the run's key, which a NIC asks of every connection (apps/wire.py with_key)
 
     def to_env(self) -> dict[str, str]:
         env = self.clock.to_env()
         for name, value in ((RUN_ID, self.run_id), (NODE, self.node), (NODE_NIC, self.node_nic),
-                            (IO_DIR, self.io_dir)):  # fmt: skip
+                            (IO_DIR, self.io_dir), (KEY, self.key)):  # fmt: skip
             if value is not None:
                 env[name] = str(value)
         return env
@@ -152,6 +154,7 @@ class NodeEnv:
             node=int(node) if node else None,
             node_nic=env.get(NODE_NIC) or None,
             io_dir=env.get(IO_DIR) or None,
+            key=env.get(KEY) or None,
         )
 
 

@@ -64,6 +64,7 @@ from testbed.apps.wire import (
     local_socket_name,
     matches,
     split_address,
+    with_key,
 )
 
 _F64 = struct.Struct("!d")
@@ -126,7 +127,10 @@ class Comm:
         recv_timeout_s: float | None = None,
         connect_timeout_s: float = 10.0,
         node: int | None = None,
+        key: str | None = None,
     ) -> None:
+        """``key``: the run's key, which every NIC of the run asks of a connection (None: a NIC without
+        one, in tests)."""
         if not 0 <= rank < len(nics):
             raise CommError(f"rank {rank} out of range for {len(nics)} NIC addresses")
         if mode not in WAIT_MODES:
@@ -161,8 +165,9 @@ class Comm:
         # every NIC of its job (which then fails the job's waiting receivers instead of leaving them hung).
         self._local = _connect(node_nic, connect_timeout_s)
         self._socks: dict[str, socket.socket] = {node_nic: self._local}
-        self._local.sendall(HEADER.pack(len(job_b), HELLO, 0, 0, rank, os.getpid(), 0) + job_b)
-        peer_body = job_b + b"\n" + node_nic.encode()
+        hello = with_key(key, job_b)
+        self._local.sendall(HEADER.pack(len(hello), HELLO, 0, 0, rank, os.getpid(), 0) + hello)
+        peer_body = with_key(key, job_b + b"\n" + node_nic.encode())
         for addr in self.nics:
             if addr not in self._socks:
                 sock = _connect(addr, connect_timeout_s)
@@ -192,6 +197,7 @@ class Comm:
                 send_wait=job.send_wait,
                 recv_timeout_s=job.recv_timeout_s,
                 node=node.node,
+                key=node.key,
             )
         except KeyError as exc:
             raise CommError(f"environment variable {exc.args[0]} is not set (the agent sets it)") from None

@@ -20,6 +20,8 @@ import struct
 
 HEADER = struct.Struct("!IBBHiii")
 
+# HELLO, PEER and NIC_HELLO introduce a connection; their body starts with the run's key and a newline
+# when the run has one (with_key): a NIC takes no connection that does not know it.
 HELLO = 1  # worker -> own NIC: a=rank, b=pid, body=job id; the worker then waits for GO
 PEER = 2  # worker -> any NIC it sends to: a=rank, b=its node + 1 (0: unknown), body=job id + "\n" + own NIC
 GO = 3  # NIC -> worker: start; mode=1: standing receive (the NIC pushes messages, the worker sends no RECV)
@@ -62,6 +64,11 @@ def matches(msg_src: int, msg_tag: int, want_src: int, want_tag: int) -> bool:
     if want_src != ANY and msg_src != want_src:
         return False
     return msg_tag == want_tag or (want_tag == ANY and msg_tag >= 0)
+
+
+def with_key(key: str | None, body: bytes) -> bytes:
+    """An introduction's body (HELLO, PEER, NIC_HELLO) with the run's key in front, when it has one."""
+    return body if key is None else key.encode() + b"\n" + body
 
 
 def split_address(addr: str) -> tuple[str, int]:

@@ -95,6 +95,9 @@ class NodeConfig:
     #: True when this host may not see the driver's ``run_dir`` (a joined Ray cluster): the agent writes
     #: its logs and events under :func:`scratch_dir` instead, and the driver collects them at the end.
     scratch: bool = False
+    #: The run's key, which the node's NIC asks of every connection and its workers are given (None: no
+    #: key, an agent of the tests).
+    key: str | None = None
 
 
 def scratch_dir(run_id: str, node: int) -> Path:
@@ -190,6 +193,7 @@ class NodeAgent:
             latency_s=self.cfg.latency_s,
             bandwidth_Bps=self.cfg.bandwidth_Bps,
             host=self.cfg.nic_host,
+            key=self.cfg.key,
         )
         self.nic_address = self.lt.call(self.nic.start)
         # Workers start by fork from a server with their modules imported: start-up is not the job's.
@@ -371,7 +375,9 @@ class NodeAgent:
 
     def _env(self, extra: dict) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-        node = NodeEnv(self.clock, self.cfg.run_id, self.node, self.nic_address, str(self.run_dir / "io"))
+        node = NodeEnv(
+            self.clock, self.cfg.run_id, self.node, self.nic_address, str(self.run_dir / "io"), self.cfg.key
+        )
         env.update(node.to_env())
         env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
         env.update(extra)

@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import os
 import re
+import secrets
 import signal
 import threading
 import time
@@ -290,6 +291,8 @@ class RayBackend:
         if self.joined and self.mon and self.mon["host"].startswith("127."):
             # Another host's exporter on loopback could not be scraped from here: its host's address.
             node_mon = {**self.mon, "host": AT_RAY_NODE}
+        # One key for the run's NICs and workers: a connection to a NIC that does not know it is closed.
+        key = secrets.token_hex(16)
         cfgs = [
             NodeConfig(
                 run_id=self.outcome.run_id,
@@ -310,6 +313,7 @@ class RayBackend:
                 preload=tuple(sorted({j.kind.__module__ for j in self.jobs} - set(WORKER_MODULES))),
                 nic_host=AT_RAY_NODE if self.joined else LOOPBACK,
                 scratch=self.joined,
+                key=key,
             )
             for n in range(c.nodes)
         ]

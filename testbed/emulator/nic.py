@@ -51,6 +51,7 @@ import asyncio
 import ctypes
 import errno
 import heapq
+import hmac
 import itertools
 import logging
 import os
@@ -85,6 +86,7 @@ from testbed.apps.wire import (
     local_socket_name,
     matches,
     split_address,
+    with_key,
 )
 from testbed.core.clock import Clock
 from testbed.emulator.mechanism.priority import raise_thread_priority
@@ -352,7 +354,10 @@ class Nic:
         latency_s: float = 0.0,
         bandwidth_Bps: float | None = None,
         host: str = "127.0.0.1",
+        key: str | None = None,
     ) -> None:
+        """``key``: the run's key: a connection that does not start with it (apps/wire.py with_key) is
+        closed. None: no key (an in-process NIC of the tests)."""
         if latency_s < 0:
             raise ValueError(f"latency_s must be >= 0, got {latency_s}")
         if bandwidth_Bps is not None and bandwidth_Bps <= 0:
@@ -364,6 +369,7 @@ class Nic:
         self.latency_s = latency_s
         self.bandwidth_Bps = bandwidth_Bps
         self.host = host
+        self._key = None if key is None else key.encode()
         self.address = ""
         self._emulate_link = latency_s > 0 or bandwidth_Bps is not None
         # Standing receive (push) unless a policy wants message events; fixed for the NIC's life.
@@ -696,7 +702,7 @@ class Nic:
         elif ftype == NIC_HELLO:
             if conn.job is not None or conn.nic_peer is not None:
                 raise _ProtocolError("NIC_HELLO on a connection already introduced")
-            conn.nic_peer = _text(_body(buf, off, end))
+            conn.nic_peer = _text(self._keyed(_body(buf, off, end)))
             conn.src_link = None if conn.nic_peer == self.address else conn.nic_peer
         elif ftype == COLL_ENTER or ftype == COLL_LEAVE:
             rx = self._local_rx(conn)
@@ -711,9 +717,9 @@ class Nic:
             (value,) = PROGRESS_VALUE.unpack_from(body)
             self._hook(self.hooks.on_progress, rx.proc, _text(body[PROGRESS_VALUE.size :]), value)
         elif ftype == HELLO:
-            self._on_hello(conn, a, b, _body(buf, off, end))
+            self._on_hello(conn, a, b, self._keyed(_body(buf, off, end)))
         elif ftype == PEER:
-            self._on_peer(conn, a, b, _body(buf, off, end))
+            self._on_peer(conn, a, b, self._keyed(_body(buf, off, end)))
         elif ftype == BYE:
             conn.bye = True
         elif ftype == ACK:
@@ -792,6 +798,16 @@ class Nic:
         if rx.go:  # the agent said go before the worker got here
             self._send_go(rx)
         self._hook(self.hooks.on_hello, rx.proc, pid)
+
+    def _keyed(self, body) -> bytes:
+        """An introduction's body without the run's key, which it must start with (any local process can
+        reach a NIC: only the run's own workers and NICs know the key)."""
+        if self._key is None:
+            return bytes(body)
+        key, sep, rest = bytes(body).partition(b"\n")
+        if not sep or not hmac.compare_digest(key, self._key):
+            raise _ProtocolError("a connection without this run's key")
+        return rest
 
     def _on_peer(self, conn: _Conn, rank: int, node_id: int, body: bytes) -> None:
         """A worker of any node connects to send here: rank ``rank``, on node ``node_id - 1`` (0: it did
@@ -940,7 +956,7 @@ class Nic:
         if self._closing or self._out.get(addr) is not out:
             self._close_conn(conn)
             return
-        hello = self.address.encode()
+        hello = with_key(None if self._key is None else self._key.decode(), self.address.encode())
         frames, conn.out = b"".join(out.pending) + bytes(conn.out or b""), None
         self._watch_write(conn, False)
         conn.write(HEADER.pack(len(hello), NIC_HELLO, 0, 0, 0, 0, 0) + hello + frames)

@@ -643,3 +643,17 @@ def test_malformed_oversize_and_garbage_frames_close_their_connection_and_the_jo
         assert grown_mib < 32, f"the NICs' process grew by {grown_mib:.0f} MiB for frames never sent"
     finally:
         liar.close()
+
+
+def test_a_nic_takes_only_connections_that_know_the_runs_key(cluster_factory) -> None:
+    # Any local process can reach a NIC's port or abstract socket: the run's key (handed to its workers in
+    # their environment, to its NICs by the agent) is what lets one in (issue 19).
+    cl = cluster_factory(2, key="the-runs-key")
+    r0, _ = results(cl.worker("pingpong", "j", [0, 1], TB_KEY="the-runs-key"))
+    assert r0["reply"] == "ping-pong"  # NIC to NIC too: the acknowledgements' connections carry the key
+    for wrong in ({"TB_KEY": "another-runs-key"}, {}):
+        procs = cl.worker("pingpong", f"j{len(wrong)}", [0, 1], **wrong)
+        for p in procs:
+            _, err = p.communicate(timeout=30)
+            assert p.returncode != 0, err
+    assert cl.on_loop(0, cl.nics[0].stats)["messages_in"] == 1  # only the keyed job's message got in

@@ -34,8 +34,10 @@ def test_both_backends_implement_the_same_interface():
     for backend in (Simulation, RayBackend(prometheus=False)):
         assert list(inspect.signature(backend.run_scenario).parameters) == want
     assert (Simulation.name, RayBackend.name) == ("sim", "ray")
-    assert runner._backend("sim", False) is Simulation
-    assert isinstance(runner._backend("ray", True), RayBackend) and runner._backend("ray", True).prometheus
+    scn = load(doc=DOC)
+    assert runner._backend("sim", False, scn) is Simulation
+    ray_backend = runner._backend("ray", True, scn)
+    assert isinstance(ray_backend, RayBackend) and ray_backend.prometheus
 
 
 def test_the_outcomes_summary_fields_are_the_summarys_keys_in_its_order():
@@ -106,7 +108,7 @@ class _Fake:
 def test_a_real_run_that_could_not_start_ray_exits_2_with_every_summary_key(tmp_path, monkeypatch):
     out = RealOutcome(tdf=3.0, envelope="unknown", run_id="r1", phases_s={"begin": 0.1})
     _with_outcome(out)._ended_by(RayStartError("Ray failed to start: OSError: no"))
-    monkeypatch.setattr(runner, "_backend", lambda name, prometheus: _Fake(out))
+    monkeypatch.setattr(runner, "_backend", lambda name, prometheus, scn: _Fake(out))
     with pytest.raises(runner.RunFailed) as ei:
         runner.run_once(load(doc=DOC), "ray", tmp_path / "r")
     assert ei.value.exit_code == 2 and str(ei.value) == "Ray failed to start: OSError: no"
