@@ -1,0 +1,240 @@
+"""What the mpi kind puts around a user's mpi4py program, without changing it (docs/architecture.md, "MPI
+programs"): every MPI message and collective of ``COMM_WORLD`` is mirrored by tbcomm, so that
+
+* it takes the scenario's link (latency, bandwidth) between emulated nodes: a send first sends a
+  tbcomm message of the same size to the receiver's NIC, and a receive first waits for that message, so
+  it completes no earlier than the emulated link delivers it;
+* the node sees what the coscheduling schemes act on: each arrival, each receiver waiting (in the job's
+  wait mode: spin, block, spin-block, as tbcomm waits) and each collective entered and left (HYBRID).
+
+Then the real MPI call runs, and moves the real data (MPICH's network module, between processes of this
+host). A collective is a tbcomm barrier among the job's ranks (linear through rank 0: two link hops, as
+tbcomm's own collectives), named after the MPI operation, then the MPI collective.
+
+Mechanism: ``mpi4py.MPI.COMM_WORLD`` is replaced, before the program runs, by an instance of a Python
+subclass of ``MPI.Intracomm`` on the same communicator, whose methods mirror then call the real ones
+(``from mpi4py import MPI; MPI.COMM_WORLD`` and ``from mpi4py.MPI import COMM_WORLD`` both get it; its
+``Dup`` returns the same subclass). What is not mirrored, and so runs on the host's ideal network:
+communicators that are not congruent with COMM_WORLD (``Split``, ``Create``: rank numbers differ; their
+calls go straight to MPI), nonblocking receives (``Irecv``; ``Isend`` is mirrored), one-sided operations.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+
+#: mpi4py's MPI.ANY_SOURCE / ANY_TAG are -1 / -1 in MPICH: the same as tbcomm's ANY.
+ANY = -1
+#: tbcomm's barrier tag (negative: never matches a user tag).
+_TAG_BARRIER = -2
+#: MPI tags map to tbcomm tags one to one (both >= 0); MPI_ANY_TAG to tbcomm's ANY.
+
+_state: dict = {}
+
+
+def _nbytes(buf) -> int:
+    """The bytes a buffer-spec send moves: ``buf``, ``[buf, type]``, ``[buf, count, type]``..."""
+    if isinstance(buf, list | tuple):
+        buf = buf[0] if buf else b""
+    try:
+        return memoryview(buf).nbytes
+    except TypeError:
+        return 0
+
+
+def _pickled(obj) -> int:
+    try:
+        return len(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL))
+    except Exception:  # noqa: BLE001 - mpi4py will say what is wrong with it; the mirror is a header
+        return 0
+
+
+class _Mirror:
+    """The tbcomm side of one rank: ``tb`` is its tbcomm endpoint (ranks 0..n-1 are the MPI ranks, n the
+    head), ``n`` the MPI world size."""
+
+    def __init__(self, tb, n: int) -> None:
+        self.tb = tb
+        self.n = n
+        self.zeros = bytearray()
+        self.calls = 0
+        self.trace = None  # a list of (op, ...) when recording (apps/mpi.py)
+        self.t_mark = time.thread_time()
+
+    def payload(self, nbytes: int) -> memoryview:
+        if len(self.zeros) < nbytes:
+            self.zeros = bytearray(max(nbytes, 2 * len(self.zeros)))
+        return memoryview(self.zeros)[:nbytes]
+
+    def send(self, dest: int, tag: int, nbytes: int) -> None:
+        if 0 <= dest < self.n:
+            self.tb.send(dest, self.payload(nbytes), max(0, tag))
+
+    def recv(self, source: int, tag: int) -> tuple[int, int]:
+        src, t, _ = self.tb.recv_msg(source if source >= 0 else ANY, tag if tag >= 0 else ANY)
+        return src, t
+
+    def collective(self, op: str) -> None:
+        """A barrier among the n MPI ranks through tbcomm (not the head), announced to the node as ``op``."""
+        from testbed.apps.tbcomm import COLL_ENTER, COLL_LEAVE
+
+        tb = self.tb
+        tb._notice(COLL_ENTER, op)
+        if self.n > 1:
+            if tb.rank == 0:
+                for _ in range(self.n - 1):
+                    tb._recv(ANY, _TAG_BARRIER, None)
+                for r in range(1, self.n):
+                    tb._send(r, b"", _TAG_BARRIER)
+            else:
+                tb._send(0, b"", _TAG_BARRIER)
+                tb._recv(0, _TAG_BARRIER, None)
+        tb._notice(COLL_LEAVE, op)
+
+
+def install(tb, n: int):
+    """Initialises MPI (imports ``mpi4py.MPI``: MPI_Init over the PMI connection set up by the caller)
+    and replaces ``MPI.COMM_WORLD`` with the mirrored communicator. Returns the MPI module."""
+    from mpi4py import MPI
+
+    mirror = _Mirror(tb, n)
+    _state["mirror"] = mirror
+
+    def congruent(comm) -> bool:
+        return comm.Get_size() == n and MPI.Comm.Compare(comm, MPI.COMM_WORLD) in (MPI.IDENT, MPI.CONGRUENT)
+
+    class TestbedComm(MPI.Intracomm):
+        """COMM_WORLD with each message and collective mirrored through the emulated links."""
+
+        # -- point to point -----------------------------------------------------------------------------
+        def Send(self, buf, dest, tag=0):
+            mirror.send(dest, tag, _nbytes(buf))
+            return super().Send(buf, dest, tag)
+
+        def Ssend(self, buf, dest, tag=0):
+            mirror.send(dest, tag, _nbytes(buf))
+            return super().Ssend(buf, dest, tag)
+
+        def send(self, obj, dest, tag=0):
+            mirror.send(dest, tag, _pickled(obj))
+            return super().send(obj, dest, tag)
+
+        def ssend(self, obj, dest, tag=0):
+            mirror.send(dest, tag, _pickled(obj))
+            return super().ssend(obj, dest, tag)
+
+        def Isend(self, buf, dest, tag=0):
+            mirror.send(dest, tag, _nbytes(buf))
+            return super().Isend(buf, dest, tag)
+
+        def isend(self, obj, dest, tag=0):
+            mirror.send(dest, tag, _pickled(obj))
+            return super().isend(obj, dest, tag)
+
+        def Recv(self, buf, source=ANY, tag=ANY, status=None):
+            if source != MPI.PROC_NULL:
+                source, tag = mirror.recv(source, tag)
+            return super().Recv(buf, source, tag, status)
+
+        def recv(self, buf=None, source=ANY, tag=ANY, status=None):
+            if source != MPI.PROC_NULL:
+                source, tag = mirror.recv(source, tag)
+            return super().recv(buf, source, tag, status)
+
+        def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=ANY, recvtag=ANY, status=None):
+            mirror.send(dest, sendtag, _nbytes(sendbuf))
+            if source != MPI.PROC_NULL:
+                source, recvtag = mirror.recv(source, recvtag)
+            return super().Sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
+
+        def sendrecv(self, sendobj, dest, sendtag=0, recvbuf=None, source=ANY, recvtag=ANY, status=None):
+            mirror.send(dest, sendtag, _pickled(sendobj))
+            if source != MPI.PROC_NULL:
+                source, recvtag = mirror.recv(source, recvtag)
+            return super().sendrecv(sendobj, dest, sendtag, recvbuf, source, recvtag, status)
+
+        # -- collectives --------------------------------------------------------------------------------
+        def Barrier(self):
+            mirror.collective("barrier")
+            return super().Barrier()
+
+        def barrier(self):
+            mirror.collective("barrier")
+            return super().barrier()
+
+        def Bcast(self, buf, root=0):
+            mirror.collective("bcast")
+            return super().Bcast(buf, root)
+
+        def bcast(self, obj, root=0):
+            mirror.collective("bcast")
+            return super().bcast(obj, root)
+
+        def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
+            mirror.collective("allreduce")
+            return super().Allreduce(sendbuf, recvbuf, op)
+
+        def allreduce(self, sendobj, op=MPI.SUM):
+            mirror.collective("allreduce")
+            return super().allreduce(sendobj, op)
+
+        def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root=0):
+            mirror.collective("reduce")
+            return super().Reduce(sendbuf, recvbuf, op, root)
+
+        def reduce(self, sendobj, op=MPI.SUM, root=0):
+            mirror.collective("reduce")
+            return super().reduce(sendobj, op, root)
+
+        def Gather(self, sendbuf, recvbuf, root=0):
+            mirror.collective("gather")
+            return super().Gather(sendbuf, recvbuf, root)
+
+        def gather(self, sendobj, root=0):
+            mirror.collective("gather")
+            return super().gather(sendobj, root)
+
+        def Scatter(self, sendbuf, recvbuf, root=0):
+            mirror.collective("scatter")
+            return super().Scatter(sendbuf, recvbuf, root)
+
+        def scatter(self, sendobj, root=0):
+            mirror.collective("scatter")
+            return super().scatter(sendobj, root)
+
+        def Allgather(self, sendbuf, recvbuf):
+            mirror.collective("allgather")
+            return super().Allgather(sendbuf, recvbuf)
+
+        def allgather(self, sendobj):
+            mirror.collective("allgather")
+            return super().allgather(sendobj)
+
+        def Alltoall(self, sendbuf, recvbuf):
+            mirror.collective("alltoall")
+            return super().Alltoall(sendbuf, recvbuf)
+
+        def alltoall(self, sendobj):
+            mirror.collective("alltoall")
+            return super().alltoall(sendobj)
+
+    # Calls on a communicator that is not COMM_WORLD's group in COMM_WORLD's order go straight to MPI: its
+    # rank numbers are not the tbcomm ranks (``Split``, ``Create`` return the subclass too).
+    for name in [n_ for n_, v in vars(TestbedComm).items() if callable(v) and not n_.startswith("_")]:
+        mirrored = vars(TestbedComm)[name]
+        plain = getattr(MPI.Intracomm, name)
+
+        def guard(self, *a, __m=mirrored, __p=plain, **k):
+            if self._tb_congruent is None:
+                self._tb_congruent = congruent(self)
+            return (__m if self._tb_congruent else __p)(self, *a, **k)
+
+        guard.__name__ = name
+        setattr(TestbedComm, name, guard)
+    TestbedComm._tb_congruent = None
+
+    world = TestbedComm(MPI.COMM_WORLD)
+    world._tb_congruent = True
+    MPI.COMM_WORLD = world
+    return MPI
