@@ -8,9 +8,9 @@ A rank is an ordinary worker: the node agent forks it from the node's fork serve
 envelope, so it is there from its first instruction, and it is the agent's own child, under its control
 like any worker (stop and continue, nice, CPU from the kernel, exit report, kill). The worker body
 (:func:`_rank`) joins tbcomm, gets the PMI server's address from the head, connects to it, hands the
-connection to MPICH (``PMI_FD``, ``PMI_RANK``, ``PMI_SIZE``), initialises MPI with the messages mirrored
-on the emulated links (apps/mpi_wrap.py), then runs the program as ``__main__`` with ``sys.argv`` =
-``[program, *args]``.
+connection to MPICH (``PMI_FD``, ``PMI_RANK``, ``PMI_SIZE``), arranges for MPI, once the program
+initialises it, to mirror its messages on the emulated links (apps/mpi_wrap.py), then runs the program
+as ``__main__`` with ``sys.argv`` = ``[program, *args]``.
 
 Failures, each one line naming the rank: the program raises (its exception), exits non-zero, or calls
 MPI_Abort (the head names the rank, code and message); a rank that never reaches MPI_Init within
@@ -27,17 +27,17 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator
-from testbed.apps.base import MessagingConfig, ProgramKind, SimContext
+from testbed.apps.base import MessagingConfig, ProgramKind, Reports, SimContext
 
 #: The tbcomm tag of the head's message telling each rank where the PMI server listens.
 TAG_PMI = 0
+#: Reported once by each rank when MPI_Init has returned (its PROGRESS event's time: the job's start-up).
+MPI_INIT_UNIT = "mpi_init"
 
 
 class MpiConfig(MessagingConfig):
     kind: Literal["mpi"] = "mpi"
-    program: str = Field(
-        ..., description="the mpi4py program (.py); relative to the scenario file's folder"
-    )
+    program: str = Field(..., description="the mpi4py program (.py); relative to the scenario file's folder")
     args: tuple[str, ...] = Field((), description="its command-line arguments (sys.argv[1:])")
     estimate_s: float = Field(
         60.0, gt=0, description="emulated seconds the job takes alone (what batch policies backfill with)"
@@ -62,6 +62,7 @@ class Mpi(ProgramKind):
     Config = MpiConfig
     #: The head (on the head node, outside every policy's view) is the job's PMI server.
     head = True
+    reports = Reports((MPI_INIT_UNIT,))
 
     @classmethod
     def ideal_runtime(cls, cfg: MpiConfig, cpu_rate: float = 1.0) -> float:
@@ -136,7 +137,9 @@ def _rank(cfg: MpiConfig, ctx) -> None:
     sock.sendall(f"cmd=tb_hello rank={ctx.rank}\n".encode())
     _PMI_SOCKET.append(sock)
     os.environ.update(PMI_FD=str(sock.fileno()), PMI_RANK=str(ctx.rank), PMI_SIZE=str(head))
-    MPI = mpi_wrap.install(comm, head)  # MPI_Init
+    mpi_wrap.install(
+        comm, head, before_init=lambda: _ready(ctx, sock), on_init=lambda MPI: ctx.progress(MPI_INIT_UNIT, 1)
+    )
     sys.argv = [cfg.program, *cfg.args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(cfg.program)))
     try:
@@ -149,14 +152,36 @@ def _rank(cfg: MpiConfig, ctx) -> None:
         _die(ctx, f"{type(exc).__name__}: {' '.join(str(exc).split())}")
     # mpi4py finalises MPI when the interpreter finalises (Py_AtExit), which a forked worker skips (it
     # ends with os._exit, testbed/mechanism/forkserver.py): finalise here, as `python prog.py` would.
-    if not MPI.Is_finalized():
+    MPI = sys.modules.get("mpi4py.MPI")
+    if MPI is not None and not MPI.Is_finalized():
         MPI.Finalize()
     # MPICH 5 finalises with a PMI barrier but sends no PMI "finalize": tell the head this rank is done
     # (MPICH no longer uses the connection), so that its end is not taken for a crash.
     sock.sendall(b"cmd=tb_finalized\n")
 
 
-def _die(ctx, reason: str) -> None:
+def _ready(ctx, sock) -> None:
+    """Just before MPI_Init: waits until every rank of the job is there (apps/mpi_pmi.py says why)."""
+    from testbed.apps.mpi_pmi import parse
+    from testbed.apps.worker import EXIT_PEER_GONE
+
+    sock.sendall(b"cmd=tb_ready\n")
+    buf = b""
+    while not buf.endswith(b"\n"):
+        got = sock.recv(4096)
+        if not got:
+            _die(ctx, "the job's process manager went away before MPI_Init", EXIT_PEER_GONE)
+        buf += got
+    d = parse(buf.decode(errors="replace").strip())
+    if d.get("cmd") != "tb_go":
+        _die(
+            ctx,
+            f"the job failed before MPI_Init: {d.get('reason', buf.decode(errors='replace'))}",
+            EXIT_PEER_GONE,
+        )
+
+
+def _die(ctx, reason: str, code: int = 1) -> None:
     """Fails this rank now with its one-line reason, without MPI_Finalize: finalising waits for every
     other rank (a PMI barrier), which wait for this one's messages, and the job would hang instead of
     failing."""
@@ -164,7 +189,7 @@ def _die(ctx, reason: str) -> None:
     sys.stdout.flush()
     if ctx.comm is not None:
         ctx.comm.abort()
-    os._exit(1)
+    os._exit(code)
 
 
 __all__ = ["Mpi", "MpiConfig"]

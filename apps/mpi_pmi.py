@@ -16,8 +16,13 @@ get_my_kvsname, get_universe_size, put / get (one key-value space per job; ``PMI
 preset: every rank on a node of its own, as the emulated cluster places them), barrier_in (answered once
 every rank entered), finalize, abort (the job fails naming the rank, its exit code and message).
 
-The server also watches the job's start: a rank that does not reach MPI_Init's first PMI barrier within
-``init_timeout_s`` fails the job with one line (Hydra, whose proxies never start, waits for ever), and a
+The server also watches the job's start. Each rank, as the program imports ``mpi4py.MPI`` and before
+MPI_Init runs, says ``cmd=tb_ready`` and waits for ``cmd=tb_go``, sent once every rank is ready: a rank
+that is not ready within ``init_timeout_s`` fails the job with one line naming it (Hydra, whose proxies
+never start, waits for ever), and the ranks that were ready get ``cmd=tb_fail reason=...`` and exit as
+its consequence. Why before MPI_Init and not inside it: MPI_Init holds the GIL in mpi4py and MPICH
+crashes (SIGSEGV, or an abort naming an unreachable peer) when its PMI connection ends mid-barrier, so a
+rank waiting there could neither be told why nor fail as a consequence. And a
 rank whose connection ends before MPI_Finalize ends the job as a peer's failure (the rank's own exit
 report names the cause).
 """
@@ -30,7 +35,6 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
-
 
 #: TB_PMI_DEBUG=1 in the run's environment: every PMI command to the head's stderr (the job's log).
 _DEBUG = os.environ.get("TB_PMI_DEBUG") == "1"
@@ -86,6 +90,8 @@ class PmiServer:
         self.barrier_waiting: list[_Conn] = []
         self.barriers_done = 0
         self.finalized = 0
+        self.ready: list[_Conn] = []  # ranks about to call MPI_Init, waiting for GO
+        self.went = False
 
     def close(self) -> None:
         for c in list(self.conns.values()):
@@ -99,10 +105,14 @@ class PmiServer:
         try:
             while self.finalized < self.size:
                 timeout = None
-                if self.barriers_done == 0:
+                if not self.went:
                     timeout = start + self.init_timeout_real_s - time.monotonic()
                     if timeout <= 0:
-                        raise PmiFailure(self._late())
+                        why = self._late()
+                        # The ranks waiting for GO exit as the consequence they are, with this reason.
+                        for c in self.ready:
+                            self._reply(c, f"cmd=tb_fail reason={why}")
+                        raise PmiFailure(why)
                 for key, _ in sel.select(timeout):
                     if key.data is None:
                         sock, _ = self.listener.accept()
@@ -117,7 +127,7 @@ class PmiServer:
 
     def _late(self) -> str:
         seen = {c.rank for c in self.conns.values() if c.rank is not None}
-        inside = {c.rank for c in self.barrier_waiting}
+        inside = {c.rank for c in self.ready}
         missing = [r for r in range(self.size) if r not in inside]
         never = [r for r in missing if r not in seen]
         what = f"rank(s) {', '.join(map(str, missing))} did not reach MPI_Init"
@@ -160,6 +170,12 @@ class PmiServer:
         cmd = d.get("cmd")
         if cmd == "tb_hello":
             conn.rank = int(d["rank"])
+        elif cmd == "tb_ready":
+            self.ready.append(conn)
+            if len(self.ready) == self.size:
+                self.went = True
+                for c in self.ready:
+                    self._reply(c, "cmd=tb_go")
         elif cmd == "init":
             self._reply(conn, "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0")
         elif cmd == "get_maxes":

@@ -11,7 +11,8 @@ Then the real MPI call runs, and moves the real data (MPICH's network module, be
 host). A collective is a tbcomm barrier among the job's ranks (linear through rank 0: two link hops, as
 tbcomm's own collectives), named after the MPI operation, then the MPI collective.
 
-Mechanism: ``mpi4py.MPI.COMM_WORLD`` is replaced, before the program runs, by an instance of a Python
+Mechanism: ``mpi4py.MPI.COMM_WORLD`` is replaced, as the program imports ``mpi4py.MPI`` (an import hook:
+MPI_Init runs then, with the program's own ``mpi4py.rc`` settings), by an instance of a Python
 subclass of ``MPI.Intracomm`` on the same communicator, whose methods mirror then call the real ones
 (``from mpi4py import MPI; MPI.COMM_WORLD`` and ``from mpi4py.MPI import COMM_WORLD`` both get it; its
 ``Dup`` returns the same subclass). What is not mirrored, and so runs on the host's ideal network:
@@ -22,6 +23,7 @@ calls go straight to MPI), nonblocking receives (``Irecv``; ``Isend`` is mirrore
 from __future__ import annotations
 
 import pickle
+import sys
 import time
 
 #: mpi4py's MPI.ANY_SOURCE / ANY_TAG are -1 / -1 in MPICH: the same as tbcomm's ANY.
@@ -93,11 +95,53 @@ class _Mirror:
         tb._notice(COLL_LEAVE, op)
 
 
-def install(tb, n: int):
-    """Initialises MPI (imports ``mpi4py.MPI``: MPI_Init over the PMI connection set up by the caller)
-    and replaces ``MPI.COMM_WORLD`` with the mirrored communicator. Returns the MPI module."""
-    from mpi4py import MPI
+class _ImportHook:
+    """Finds ``mpi4py.MPI`` for the program and patches the module right after it loads (MPI_Init runs
+    in that load, with the program's own ``mpi4py.rc`` settings), before the program sees it."""
 
+    def __init__(self, patch, before=None) -> None:
+        self.patch = patch
+        self.before = before
+
+    def find_spec(self, name, path, target=None):
+        if name != "mpi4py.MPI":
+            return None
+        import importlib.util
+
+        # The finders after this one (mpi4py installs its own at import: it picks the MPICH build of
+        # its extension) find it, as they would without the hook.
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        load, patch, before = spec.loader.exec_module, self.patch, self.before
+
+        def exec_module(module):
+            if before is not None:
+                before()
+            load(module)
+            patch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def install(tb, n: int, before_init=None, on_init=None) -> None:
+    """Arranges for ``mpi4py.MPI``, when the program imports it, to have its ``COMM_WORLD`` replaced with
+    the mirrored communicator; ``before_init()`` is called just before the module loads (MPI_Init),
+    ``on_init(MPI)`` once it has loaded (MPI_Init has returned)."""
+
+    def patch(MPI) -> None:
+        _patch(MPI, tb, n)
+        if on_init is not None:
+            on_init(MPI)
+
+    if "mpi4py.MPI" in sys.modules:
+        raise RuntimeError("mpi4py.MPI is already imported: MPI was initialised outside the rank's control")
+    sys.meta_path.insert(0, _ImportHook(patch, before_init))
+
+
+def _patch(MPI, tb, n: int) -> None:
     mirror = _Mirror(tb, n)
     _state["mirror"] = mirror
 
@@ -237,4 +281,3 @@ def install(tb, n: int):
     world = TestbedComm(MPI.COMM_WORLD)
     world._tb_congruent = True
     MPI.COMM_WORLD = world
-    return MPI

@@ -1,0 +1,152 @@
+"""Users' own mpi4py programs on the emulated cluster (the ``mpi`` kind, apps/mpi.py; issue 20): the
+unmodified ring + allreduce program of tests/programs under gang and under HYBRID on real processes,
+each rank the node agent's own worker inside its node's cgroup; and bad input and faults, each ending
+its job with one ``error:`` line naming the job and leaving no process or cgroup."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import wait_clean
+
+pytestmark = pytest.mark.slow
+
+PROGRAMS = Path(__file__).resolve().parents[1] / "programs"
+RING = PROGRAMS / "ring_allreduce.py"
+
+
+def _cli(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "testbed.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _scenario(tmp_path: Path, name: str, scheduler: dict, jobs: list[dict], **extra) -> Path:
+    doc = {
+        "name": name,
+        "cluster": {"nodes": 4},
+        "clock": {"rate_probe_s": 0.3},
+        "scheduler": scheduler,
+        "workload": {"jobs": jobs},
+        **extra,
+    }
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def _mpi(job: str, size: int, program: Path | str, *args, **app) -> dict:
+    app = {"kind": "mpi", "program": str(program), "args": list(args), "estimate_s": 5, **app}
+    return {"id": job, "size": size, "app": app}
+
+
+def _jobs(out: Path) -> dict[str, dict]:
+    with open(out / "jobs.csv") as fh:
+        return {r["job_id"]: r for r in csv.DictReader(fh)}
+
+
+def _events(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize(
+    "scheduler",
+    [
+        {"name": "gang", "params": {"mpl": 2, "quantum_ms": 50}},
+        {"name": "hybrid", "params": {"mpl": 2}},
+    ],
+    ids=["gang", "hybrid"],
+)
+def test_unmodified_mpi4py_program_runs_to_completion_on_real_processes(tmp_path, scheduler):
+    # Two ring+allreduce jobs share nodes 0-1 (gang: in alternate slots; HYBRID: side by side), and a
+    # third program reports where each rank runs.
+    jobs = [
+        _mpi("ring4", 4, RING, 6, 10),
+        _mpi("ring2", 2, RING, 6, 10),
+        _mpi("where", 2, PROGRAMS / "where.py"),
+    ]
+    out = tmp_path / "out"
+    p = _cli(["run", str(_scenario(tmp_path, "mpi", scheduler, jobs)), "--out", str(out)])
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = _jobs(out)
+    assert {j: r["final_state"] for j, r in rows.items()} == dict.fromkeys(rows, "COMPLETED_SUCCESSFULLY")
+    # The program's own check passed and rank 0 said so.
+    assert "ring_allreduce: 4 ranks, 6 iterations" in (out / "logs" / "ring4.0.out").read_text()
+    assert "ring_allreduce: 2 ranks, 6 iterations" in (out / "logs" / "ring2.0.out").read_text()
+    evs = _events(out)
+    started = {(e["job"], e["rank"]): e for e in evs if e["kind"] == "proc_started"}
+    exited = {(e["job"], e["rank"]): e for e in evs if e["kind"] == "proc_exited"}
+    run_id = next(e["run_id"] for e in evs if e.get("run_id"))
+    for rank in range(2):
+        where = json.loads((out / "logs" / f"where.{rank}.out").read_text())
+        assert where["rank"] == rank and where["size"] == 2
+        # The process the agent started, signals and accounts is the MPI rank itself (no proxy between)...
+        assert where["pid"] == started[("where", rank)]["pid"]
+        # ... inside its node's cgroup (the envelope) while it runs the program.
+        node = started[("where", rank)]["node"]
+        assert any(f"/testbed/{run_id}/node{node}" in c for c in where["cgroups"]), where["cgroups"]
+    # Each rank's CPU time comes from the kernel (the program computes 2 x 6 x 10 ms at least).
+    for rank in range(4):
+        assert exited[("ring4", rank)]["code"] == 0
+        assert exited[("ring4", rank)]["cpu_s"] >= 0.12
+    # Every rank reported MPI_Init's end (the job's start-up, apps/mpi.py).
+    inits = {(e["job"], e["rank"]) for e in evs if e["kind"] == "progress" and e["unit"] == "mpi_init"}
+    assert {(j, r) for j, r in started if r < {"ring4": 4, "ring2": 2, "where": 2}[j]} <= inits
+    assert wait_clean(out) == ([], [])
+
+
+def test_missing_program_is_refused_by_validate(tmp_path):
+    scn = _scenario(tmp_path, "nofile", {"name": "batch"}, [_mpi("j", 2, "no/such/prog.py")])
+    p = _cli(["validate", str(scn)])
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.strip()]
+    assert len(lines) == 1, lines
+    assert "workload.jobs.0.app.program" in lines[0] and "no/such/prog.py" in lines[0]
+    # Relative to the scenario's folder, as a trace path is.
+    assert str(tmp_path / "no/such/prog.py") in lines[0]
+
+
+def test_faults_each_end_their_job_with_one_error_line_and_leave_nothing(tmp_path):
+    jobs = [
+        _mpi("raises", 2, PROGRAMS / "raises.py"),
+        _mpi("aborts", 2, PROGRAMS / "aborts.py"),
+        _mpi("late", 2, PROGRAMS / "late_init.py", init_timeout_s=1.0),
+    ]
+    scn = _scenario(tmp_path, "faults", {"name": "batch"}, jobs, cluster={"nodes": 6})
+    out = tmp_path / "out"
+    p = _cli(["run", str(scn), "--out", str(out)])
+    assert p.returncode == 3, p.stdout + p.stderr
+    errors = [ln for ln in p.stdout.splitlines() + p.stderr.splitlines() if ln.startswith("error:")]
+    by_job = {j: [e for e in errors if f"job {j} " in e] for j in ("raises", "aborts", "late")}
+    assert all(len(v) == 1 for v in by_job.values()), errors
+    assert "ValueError: rank 1 found bad input" in by_job["raises"][0]
+    assert "MPI_Abort" in by_job["aborts"][0] and "7" in by_job["aborts"][0]
+    assert "rank(s) 1 did not reach MPI_Init" in by_job["late"][0]
+    assert {r["final_state"] for r in _jobs(out).values()} == {"COMPLETED_FAILED"}
+    assert wait_clean(out) == ([], [])
+
+
+def test_node_killed_under_a_running_mpi_job_fails_it_and_leaves_nothing(tmp_path):
+    jobs = [_mpi("long", 4, RING, 2000, 10)]
+    faults = {"script": [{"at_s": 1.0, "node": 2, "kind": "down"}]}
+    scn = _scenario(tmp_path, "down", {"name": "batch"}, jobs, faults=faults)
+    out = tmp_path / "out"
+    p = _cli(["run", str(scn), "--out", str(out)])
+    # A job failed by a fault the scenario scripted ended as planned (exit 0, as tests/e2e/test_node_faults
+    # has it); its one reason names the node.
+    assert p.returncode == 0, p.stdout + p.stderr
+    row = _jobs(out)["long"]
+    assert row["final_state"] == "COMPLETED_FAILED"
+    assert row["reason"] == "node 2 went down (scripted fault)", row
+    # The rank there really was killed (and MPI's other ranks with the job).
+    evs = _events(out)
+    exits = [e for e in evs if e["kind"] == "proc_exited" and e["job"] == "long"]
+    assert len(exits) == 5 and all(e["reason"] for e in exits), exits
+    assert wait_clean(out) == ([], [])
