@@ -31,8 +31,10 @@ from testbed.apps.base import MessagingConfig, ProgramKind, Reports, SimContext
 
 #: The tbcomm tag of the head's message telling each rank where the PMI server listens.
 TAG_PMI = 0
-#: Reported once by each rank when MPI_Init has returned (its PROGRESS event's time: the job's start-up).
-MPI_INIT_UNIT = "mpi_init"
+#: Each rank's running count of the collectives of COMM_WORLD it has completed (apps/mpi_wrap.py), as
+#: barriers are the synthetic program's; the first report, 0, is sent when MPI_Init has returned (its
+#: PROGRESS event's time marks the end of the job's start-up: benchmarks/mpi_start.py).
+COLLECTIVES_UNIT = "collectives"
 
 
 class MpiConfig(MessagingConfig):
@@ -62,7 +64,7 @@ class Mpi(ProgramKind):
     Config = MpiConfig
     #: The head (on the head node, outside every policy's view) is the job's PMI server.
     head = True
-    reports = Reports((MPI_INIT_UNIT,))
+    reports = Reports((COLLECTIVES_UNIT,))
 
     @classmethod
     def ideal_runtime(cls, cfg: MpiConfig, cpu_rate: float = 1.0) -> float:
@@ -138,7 +140,10 @@ def _rank(cfg: MpiConfig, ctx) -> None:
     _PMI_SOCKET.append(sock)
     os.environ.update(PMI_FD=str(sock.fileno()), PMI_RANK=str(ctx.rank), PMI_SIZE=str(head))
     mpi_wrap.install(
-        comm, head, before_init=lambda: _ready(ctx, sock), on_init=lambda MPI: ctx.progress(MPI_INIT_UNIT, 1)
+        comm,
+        head,
+        before_init=lambda: _ready(ctx, sock),
+        on_init=lambda MPI: ctx.progress(COLLECTIVES_UNIT, 0),
     )
     sys.argv = [cfg.program, *cfg.args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(cfg.program)))

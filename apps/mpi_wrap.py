@@ -60,7 +60,7 @@ class _Mirror:
         self.tb = tb
         self.n = n
         self.zeros = bytearray()
-        self.calls = 0
+        self.collectives = 0  # completed, reported to the node as the unit "collectives"
         self.trace = None  # a list of (op, ...) when recording (apps/mpi.py)
         self.t_mark = time.thread_time()
 
@@ -93,6 +93,8 @@ class _Mirror:
                 tb._send(0, b"", _TAG_BARRIER)
                 tb._recv(0, _TAG_BARRIER, None)
         tb._notice(COLL_LEAVE, op)
+        self.collectives += 1
+        tb.progress("collectives", self.collectives)
 
 
 class _ImportHook:

