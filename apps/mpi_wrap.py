@@ -15,13 +15,16 @@ Mechanism: ``mpi4py.MPI.COMM_WORLD`` is replaced, as the program imports ``mpi4p
 MPI_Init runs then, with the program's own ``mpi4py.rc`` settings), by an instance of a Python
 subclass of ``MPI.Intracomm`` on the same communicator, whose methods mirror then call the real ones
 (``from mpi4py import MPI; MPI.COMM_WORLD`` and ``from mpi4py.MPI import COMM_WORLD`` both get it; its
-``Dup`` returns the same subclass). What is not mirrored, and so runs on the host's ideal network:
-communicators that are not congruent with COMM_WORLD (``Split``, ``Create``: rank numbers differ; their
-calls go straight to MPI), nonblocking receives (``Irecv``; ``Isend`` is mirrored), one-sided operations.
+``Dup`` returns the same subclass). What is not mirrored: communicators that are not congruent
+with COMM_WORLD (``Split``, ``Create``: rank numbers differ), nonblocking receives (``Irecv``; ``Isend``
+is mirrored), one-sided operations. On an ideal network (no ``cluster.network``) the first two go
+straight to MPI; on an emulated link they fail the rank with one line (:class:`NotOnTheLink`) rather than
+run on the host's ideal network. One-sided operations are not checked.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import sys
 import time
@@ -143,7 +146,24 @@ def install(tb, n: int, before_init=None, on_init=None) -> None:
     sys.meta_path.insert(0, _ImportHook(patch, before_init))
 
 
+class NotOnTheLink(RuntimeError):
+    """An MPI call the testbed cannot carry over the scenario's emulated link (not mirrored)."""
+
+
+def link_note(env=os.environ) -> str:
+    """Empty on an ideal network; else the tail of the one-line refusal of an unmirrored call."""
+    latency = float(env.get("TB_LINK_LATENCY_S") or 0)
+    bandwidth = env.get("TB_LINK_BANDWIDTH_BPS") or ""
+    if latency <= 0 and not bandwidth:
+        return ""
+    return (
+        " is not carried over the emulated link (cluster.network is set), and would run on the host's ideal"
+        " network; use COMM_WORLD's blocking calls (or Isend), or unset cluster.network"
+    )
+
+
 def _patch(MPI, tb, n: int) -> None:
+    link = link_note()
     mirror = _Mirror(tb, n)
     _state["mirror"] = mirror
 
@@ -177,6 +197,16 @@ def _patch(MPI, tb, n: int) -> None:
         def isend(self, obj, dest, tag=0):
             mirror.send(dest, tag, _pickled(obj))
             return super().isend(obj, dest, tag)
+
+        def Irecv(self, buf, source=ANY, tag=ANY):
+            if link:
+                raise NotOnTheLink(f"Irecv{link}")
+            return super().Irecv(buf, source, tag)
+
+        def irecv(self, buf=None, source=ANY, tag=ANY):
+            if link:
+                raise NotOnTheLink(f"irecv{link}")
+            return super().irecv(buf, source, tag)
 
         def Recv(self, buf, source=ANY, tag=ANY, status=None):
             if source != MPI.PROC_NULL:
@@ -266,15 +296,20 @@ def _patch(MPI, tb, n: int) -> None:
             return super().alltoall(sendobj)
 
     # Calls on a communicator that is not COMM_WORLD's group in COMM_WORLD's order go straight to MPI: its
-    # rank numbers are not the tbcomm ranks (``Split``, ``Create`` return the subclass too).
+    # rank numbers are not the tbcomm ranks (``Split``, ``Create`` return the subclass too). On an
+    # emulated link they are refused: they would run on the host's ideal network, silently.
     for name in [n_ for n_, v in vars(TestbedComm).items() if callable(v) and not n_.startswith("_")]:
         mirrored = vars(TestbedComm)[name]
         plain = getattr(MPI.Intracomm, name)
 
-        def guard(self, *a, __m=mirrored, __p=plain, **k):
+        def guard(self, *a, __m=mirrored, __p=plain, __name=name, **k):
             if self._tb_congruent is None:
                 self._tb_congruent = congruent(self)
-            return (__m if self._tb_congruent else __p)(self, *a, **k)
+            if self._tb_congruent:
+                return __m(self, *a, **k)
+            if link:
+                raise NotOnTheLink(f"{__name} on a communicator whose ranks are not COMM_WORLD's{link}")
+            return __p(self, *a, **k)
 
         guard.__name__ = name
         setattr(TestbedComm, name, guard)

@@ -391,6 +391,12 @@ class NodeAgent:
                 "TB_IO_DIR": str(self.run_dir / "io"),
                 "OMP_NUM_THREADS": "1",
                 "PYTHONUNBUFFERED": "1",
+                # The emulated link into this node, for a program that must refuse what it cannot carry
+                # over it (apps/mpi_wrap.py: MPI calls it does not mirror through tbcomm).
+                "TB_LINK_LATENCY_S": repr(self.cfg.latency_s),
+                "TB_LINK_BANDWIDTH_BPS": ""
+                if self.cfg.bandwidth_Bps is None
+                else repr(self.cfg.bandwidth_Bps),
             }
         )
         env.update(extra)

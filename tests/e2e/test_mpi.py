@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import wait_clean
+from .conftest import kill_tree, run_ids, run_marked_pids, start_cli, wait_clean, wait_for_event
 
 pytestmark = pytest.mark.slow
 
@@ -133,6 +134,29 @@ def test_faults_each_end_their_job_with_one_error_line_and_leave_nothing(tmp_pat
     assert wait_clean(out) == ([], [])
 
 
+def test_a_call_not_carried_over_an_emulated_link_is_refused_with_one_line(tmp_path):
+    jobs = [_mpi("irecv", 2, PROGRAMS / "irecv.py")]
+    for latency, code in ((100, 3), (0, 0)):
+        scn = _scenario(
+            tmp_path,
+            f"irecv{latency}",
+            {"name": "batch"},
+            jobs,
+            cluster={"nodes": 2, "network": {"latency_us": latency}},
+        )
+        out = tmp_path / f"out{latency}"
+        p = _cli(["run", str(scn), "--out", str(out)])
+        assert p.returncode == code, p.stdout + p.stderr
+        errors = [ln for ln in p.stdout.splitlines() + p.stderr.splitlines() if ln.startswith("error:")]
+        if latency:
+            # Never silently on the host's ideal network.
+            assert len(errors) == 1 and "job irecv" in errors[0], errors
+            assert "Irecv is not carried over the emulated link" in errors[0], errors
+        else:
+            assert errors == []  # on an ideal network it runs
+        assert wait_clean(out) == ([], [])
+
+
 def test_node_killed_under_a_running_mpi_job_fails_it_and_leaves_nothing(tmp_path):
     jobs = [_mpi("long", 4, RING, 2000, 10)]
     faults = {"script": [{"at_s": 1.0, "node": 2, "kind": "down"}]}
@@ -150,3 +174,33 @@ def test_node_killed_under_a_running_mpi_job_fails_it_and_leaves_nothing(tmp_pat
     exits = [e for e in evs if e["kind"] == "proc_exited" and e["job"] == "long"]
     assert len(exits) == 5 and all(e["reason"] for e in exits), exits
     assert wait_clean(out) == ([], [])
+
+
+def test_kill_9_of_the_driver_leaves_no_rank_and_no_process_manager(tmp_path):
+    # The janitor finds MPI ranks and the job's process manager (the head) by the run id in their
+    # environment, as every worker: there is no mpiexec or proxy (docs/architecture.md, "MPI programs").
+    scn = _scenario(
+        tmp_path, "driver", {"name": "gang", "params": {"mpl": 2}}, [_mpi("long", 4, RING, 5000, 10)]
+    )
+    out = tmp_path / "out"
+    p = start_cli(["run", str(scn), "--out", str(out), "-q"])
+    try:
+        # Every rank is past MPI_Init (its first report) and the head serves the job.
+        for rank in range(4):
+            wait_for_event(
+                out, lambda e, r=rank: e["kind"] == "progress" and e["job"] == "long" and e["rank"] == r
+            )
+        pids = {e["pid"] for e in _node_events(out) if e["kind"] == "proc_started" and e["job"] == "long"}
+        assert len(pids) == 5 and pids <= set(run_marked_pids(run_ids(out)))
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+    finally:
+        kill_tree(p)
+    assert wait_clean(out) == ([], [])
+
+
+def _node_events(out: Path) -> list[dict]:
+    evs = []
+    for f in (out / "events").glob("node*.jsonl"):
+        evs += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    return evs
