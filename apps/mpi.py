@@ -27,7 +27,19 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator
-from testbed.apps.base import MessagingConfig, ProgramKind, Reports, SimContext
+from testbed.apps.base import (
+    TAG_BARRIER,
+    Collective,
+    Compute,
+    MessagingConfig,
+    Op,
+    ProgramKind,
+    Progress,
+    Recv,
+    Reports,
+    Send,
+    SimContext,
+)
 
 #: The tbcomm tag of the head's message telling each rank where the PMI server listens.
 TAG_PMI = 0
@@ -89,11 +101,46 @@ class Mpi(ProgramKind):
     # -- simulator -------------------------------------------------------------------------------------
 
     @classmethod
-    def model(cls, cfg: MpiConfig, ctx: SimContext) -> Iterator:
-        raise NotImplementedError(
-            f"app.program {cfg.program}: the mpi kind has no simulator model yet (a trace recorded on real "
-            "processes); run it with --backend ray"
-        )
+    def model(cls, cfg: MpiConfig, ctx: SimContext) -> Iterator[Op]:
+        """The program's trace, recorded on real processes the first time (apps/mpi_trace.py), replayed:
+        computes, sends and receives (a receive matches the source and tag it matched when recorded:
+        both are in the simulator's tag), and each collective as a barrier through rank 0 between its
+        enter and leave notices, as the mirrored run does (apps/mpi_wrap.py)."""
+        from testbed.apps.mpi_trace import load_or_record
+
+        n = ctx.size - 1
+        if ctx.rank == n:
+            return  # the head: the process manager does nothing the simulator models
+        ranks = load_or_record(cfg.program, cfg.args, n)
+        done = 0
+        for op in ranks[ctx.rank]:
+            what = op[0]
+            if what == "c":
+                yield Compute(op[1])
+            elif what == "s":
+                yield Send((op[1],), op[2], _sim_tag(ctx.rank, op[3]))
+            elif what == "r":
+                yield Recv(1, _sim_tag(op[1], op[2]))
+            elif what == "k":
+                yield Collective(op[1], True)
+                if n > 1:
+                    if ctx.rank == 0:
+                        yield Recv(n - 1, TAG_BARRIER)
+                        yield Send(tuple(range(1, n)), 0, TAG_BARRIER)
+                    else:
+                        yield Send((0,), 0, TAG_BARRIER)
+                        yield Recv(1, TAG_BARRIER)
+                yield Collective(op[1], False)
+                done += 1
+                yield Progress(COLLECTIVES_UNIT, done)
+
+
+#: A simulated message's tag says its source too: the simulator's receives match by tag alone.
+_TAG_SPAN = 1 << 20
+
+
+def _sim_tag(src: int, tag: int) -> int:
+    return src * _TAG_SPAN + (tag % _TAG_SPAN)
 
 
 def _head(cfg: MpiConfig, ctx) -> None:
@@ -157,6 +204,9 @@ def _rank(cfg: MpiConfig, ctx) -> None:
         _die(ctx, f"{type(exc).__name__}: {' '.join(str(exc).split())}")
     # mpi4py finalises MPI when the interpreter finalises (Py_AtExit), which a forked worker skips (it
     # ends with os._exit, testbed/mechanism/forkserver.py): finalise here, as `python prog.py` would.
+    mirror = mpi_wrap._state.get("mirror")
+    if mirror is not None:
+        mirror.flush()
     MPI = sys.modules.get("mpi4py.MPI")
     if MPI is not None and not MPI.Is_finalized():
         MPI.Finalize()

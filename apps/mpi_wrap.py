@@ -7,7 +7,10 @@ programs"): every MPI message and collective of ``COMM_WORLD`` is mirrored by tb
 * the node sees what the coscheduling schemes act on: each arrival, each receiver waiting (in the job's
   wait mode: spin, block, spin-block, as tbcomm waits) and each collective entered and left (HYBRID).
 
-Then the real MPI call runs, and moves the real data (MPICH's network module, between processes of this
+Mirroring is on where the run needs it: an emulated link (``cluster.network``), or a node whose policy
+acts on message events (the coscheduling family); elsewhere (batch, NLS, gang on an ideal network) MPI
+runs direct, at its own speed, and only the collectives are counted. Then the real MPI call runs, and
+moves the real data (MPICH's network module, between processes of this
 host). A collective is a tbcomm barrier among the job's ranks (linear through rank 0: two link hops, as
 tbcomm's own collectives), named after the MPI operation, then the MPI collective.
 
@@ -62,10 +65,17 @@ class _Mirror:
     def __init__(self, tb, n: int) -> None:
         self.tb = tb
         self.n = n
+        # Mirroring costs each message tbcomm's relay (tens of us against MPICH's few). It is needed for an
+        # emulated link, or for a node whose policy acts on message events (the NIC then says so at GO:
+        # its receives are not standing ones, apps/tbcomm.py); otherwise MPI runs direct, at its own speed.
+        self.active = bool(link_note()) or not tb._standing
         self.zeros = bytearray()
         self.collectives = 0  # completed, reported to the node as the unit "collectives"
-        self.trace = None  # a list of (op, ...) when recording (apps/mpi.py)
-        self.t_mark = time.thread_time()
+        self.reported = 0
+        self.next_report = 0.0
+
+    def done(self) -> None:
+        pass  # the MPI call returned: nothing to do after it (a recorder notes the time)
 
     def payload(self, nbytes: int) -> memoryview:
         if len(self.zeros) < nbytes:
@@ -73,10 +83,12 @@ class _Mirror:
         return memoryview(self.zeros)[:nbytes]
 
     def send(self, dest: int, tag: int, nbytes: int) -> None:
-        if 0 <= dest < self.n:
+        if self.active and 0 <= dest < self.n:
             self.tb.send(dest, self.payload(nbytes), max(0, tag))
 
     def recv(self, source: int, tag: int) -> tuple[int, int]:
+        if not self.active:
+            return source, tag
         src, t, _ = self.tb.recv_msg(source if source >= 0 else ANY, tag if tag >= 0 else ANY)
         return src, t
 
@@ -85,6 +97,9 @@ class _Mirror:
         from testbed.apps.tbcomm import COLL_ENTER, COLL_LEAVE
 
         tb = self.tb
+        if not self.active:
+            self._count()
+            return
         tb._notice(COLL_ENTER, op)
         if self.n > 1:
             if tb.rank == 0:
@@ -96,8 +111,23 @@ class _Mirror:
                 tb._send(0, b"", _TAG_BARRIER)
                 tb._recv(0, _TAG_BARRIER, None)
         tb._notice(COLL_LEAVE, op)
+        self._count()
+
+    def _count(self) -> None:
+        """One more collective done; reported at most every REPORT_EVERY_S (a report is a frame to the
+        node's NIC and an event there: one per Barrier tripled a 2-rank Barrier's time), and by
+        :meth:`flush` at the end."""
         self.collectives += 1
-        tb.progress("collectives", self.collectives)
+        now = time.monotonic()
+        if now >= self.next_report:
+            self.next_report = now + REPORT_EVERY_S
+            self.tb.progress("collectives", self.collectives)
+            self.reported = self.collectives
+
+    def flush(self) -> None:
+        if self.collectives != self.reported:
+            self.tb.progress("collectives", self.collectives)
+            self.reported = self.collectives
 
 
 class _ImportHook:
@@ -131,19 +161,26 @@ class _ImportHook:
         return spec
 
 
-def install(tb, n: int, before_init=None, on_init=None) -> None:
+def install(tb, n: int, before_init=None, on_init=None, mirror=None) -> None:
     """Arranges for ``mpi4py.MPI``, when the program imports it, to have its ``COMM_WORLD`` replaced with
     the mirrored communicator; ``before_init()`` is called just before the module loads (MPI_Init),
     ``on_init(MPI)`` once it has loaded (MPI_Init has returned)."""
 
     def patch(MPI) -> None:
-        _patch(MPI, tb, n)
+        _patch(MPI, mirror if mirror is not None else _Mirror(tb, n), n)
         if on_init is not None:
             on_init(MPI)
 
     if "mpi4py.MPI" in sys.modules:
         raise RuntimeError("mpi4py.MPI is already imported: MPI was initialised outside the rank's control")
     sys.meta_path.insert(0, _ImportHook(patch, before_init))
+
+
+#: Real seconds between two reports of the collectives count.
+REPORT_EVERY_S = 0.05
+
+#: The point-to-point methods the mirror wraps (lowercase and uppercase forms).
+_P2P = {"send", "ssend", "isend", "recv", "irecv", "sendrecv"}
 
 
 class NotOnTheLink(RuntimeError):
@@ -162,9 +199,10 @@ def link_note(env=os.environ) -> str:
     )
 
 
-def _patch(MPI, tb, n: int) -> None:
+def _patch(MPI, mirror, n: int) -> None:
+    """``mirror`` is told of each call before it runs (``send``, ``recv``, ``collective``) and after it
+    returned (``done``): a :class:`_Mirror`, or apps/mpi_trace.py's recorder."""
     link = link_note()
-    mirror = _Mirror(tb, n)
     _state["mirror"] = mirror
 
     def congruent(comm) -> bool:
@@ -295,6 +333,12 @@ def _patch(MPI, tb, n: int) -> None:
             mirror.collective("alltoall")
             return super().alltoall(sendobj)
 
+    if not getattr(mirror, "active", True):
+        # Direct: point-to-point calls are MPI's own (not even a Python frame in between); collectives
+        # are still counted.
+        for name in [n_ for n_ in vars(TestbedComm) if n_[0].lower() in "sri" and not n_.startswith("_")]:
+            if name.lower() in _P2P:
+                delattr(TestbedComm, name)
     # Calls on a communicator that is not COMM_WORLD's group in COMM_WORLD's order go straight to MPI: its
     # rank numbers are not the tbcomm ranks (``Split``, ``Create`` return the subclass too). On an
     # emulated link they are refused: they would run on the host's ideal network, silently.
@@ -306,7 +350,9 @@ def _patch(MPI, tb, n: int) -> None:
             if self._tb_congruent is None:
                 self._tb_congruent = congruent(self)
             if self._tb_congruent:
-                return __m(self, *a, **k)
+                result = __m(self, *a, **k)
+                mirror.done()
+                return result
             if link:
                 raise NotOnTheLink(f"{__name} on a communicator whose ranks are not COMM_WORLD's{link}")
             return __p(self, *a, **k)
