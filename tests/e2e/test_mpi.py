@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -101,6 +102,31 @@ def test_unmodified_mpi4py_program_runs_to_completion_on_real_processes(tmp_path
     inits = {(e["job"], e["rank"]) for e in evs if e["kind"] == "progress" and e["unit"] == "collectives"}
     assert {(j, r) for j, r in started if r < {"ring4": 4, "ring2": 2, "where": 2}[j]} <= inits
     assert wait_clean(out) == ([], [])
+
+
+@pytest.mark.parametrize("scheduler", ["gang", "hybrid"])
+def test_unmodified_mpi4py_program_runs_in_the_simulator_from_a_recorded_trace(tmp_path, scheduler):
+    jobs = [_mpi("ring4", 4, RING, 6, 10), _mpi("ring2", 2, RING, 6, 10)]
+    scn = _scenario(tmp_path, "mpisim", {"name": scheduler, "params": {"mpl": 2}}, jobs)
+    env = {**os.environ, "TESTBED_MPI_TRACES": str(tmp_path / "traces")}
+    runs = []
+    for i in range(2):
+        out = tmp_path / f"out{i}"
+        cmd = [sys.executable, "-m", "testbed.cli", "run", str(scn), "--backend", "sim", "--out", str(out)]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        assert p.returncode == 0, p.stdout + p.stderr
+        rows = _jobs(out)
+        assert {r["final_state"] for r in rows.values()} == {"COMPLETED_SUCCESSFULLY"}, rows
+        runs.append((p.stderr, rows))
+    # The first run recorded one trace per job shape on real processes, and said so; the second used them.
+    recorded = [ln for ln in runs[0][0].splitlines() if ln.startswith("mpi: recording ring_allreduce.py")]
+    assert len(recorded) == 2, runs[0][0]
+    assert "recording" not in runs[1][0]
+    assert len(list((tmp_path / "traces").glob("ring_allreduce-*.json"))) == 2
+    # Same trace, same policy: the same simulated run.
+    assert [r["finish_time"] for r in runs[0][1].values()] == [r["finish_time"] for r in runs[1][1].values()]
+    # The replay computes what the program computed: 2 x 6 x 10 ms per rank at least.
+    assert all(float(r["finish_time"]) - float(r["starting_time"]) >= 0.12 for r in runs[0][1].values())
 
 
 def test_missing_program_is_refused_by_validate(tmp_path):
