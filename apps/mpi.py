@@ -45,7 +45,7 @@ from testbed.apps.base import (
 TAG_PMI = 0
 #: Each rank's running count of the collectives of COMM_WORLD it has completed (apps/mpi_wrap.py), as
 #: barriers are the synthetic program's; the first report, 0, is sent when MPI_Init has returned (its
-#: PROGRESS event's time marks the end of the job's start-up: benchmarks/mpi_start.py).
+#: PROGRESS event's time marks the end of the job's start-up: benchmarks/mpi_bench.py, "start").
 COLLECTIVES_UNIT = "collectives"
 
 

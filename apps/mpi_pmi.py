@@ -59,14 +59,15 @@ class _Conn:
 
 def parse(line: str) -> dict[str, str]:
     """``cmd=put kvsname=k key=a value=b`` -> {cmd: put, ...}. A value runs to the next space (PMI-1 values
-    have no spaces; an abort's message is the exception: it runs to the end of the line)."""
+    have no spaces; an abort's message and our tb_fail's reason are the exceptions: they run to the end of
+    the line)."""
     out: dict[str, str] = {}
     words = line.split(" ")
     for i, w in enumerate(words):
         key, eq, value = w.partition("=")
         if not eq:
             continue
-        if key == "error_msg":  # the rest of the line, spaces included
+        if key in ("error_msg", "reason"):  # the rest of the line, spaces included
             out[key] = " ".join([value, *words[i + 1 :]]).strip()
             break
         out[key] = value
