@@ -129,6 +129,41 @@ def test_unmodified_mpi4py_program_runs_in_the_simulator_from_a_recorded_trace(t
     assert all(float(r["finish_time"]) - float(r["starting_time"]) >= 0.12 for r in runs[0][1].values())
 
 
+def test_every_registered_scheduler_runs_mpi_jobs_as_it_runs_synthetic_ones(tmp_path):
+    from testbed.schedulers import registry
+
+    names = registry.names()
+    jobs = [_mpi("mpi", 2, RING, 4, 5), {"id": "syn", "size": 2, "app": {"iterations": 5, "gcomp": 5}}]
+    scn = _scenario(
+        tmp_path, "every", {"name": "batch"}, jobs, cluster={"nodes": 2}, sweep={"scheduler.name": names}
+    )
+    out = tmp_path / "out"
+    p = _cli(["run", str(scn), "--out", str(out), "-q"], timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for name in names:
+        rows = _jobs(out / name)
+        # The MPI job ends as the synthetic one does: both completed, or both refused by a policy made for
+        # another kind of job (the divisible-load ones).
+        assert rows["mpi"]["final_state"] == rows["syn"]["final_state"], (name, rows)
+        assert rows["mpi"]["final_state"] in ("COMPLETED_SUCCESSFULLY", "REJECTED"), (name, rows)
+    ok = [n for n in names if _jobs(out / n)["mpi"]["final_state"] == "COMPLETED_SUCCESSFULLY"]
+    assert {
+        "batch",
+        "local",
+        "gang",
+        "paired",
+        "spin",
+        "dcs",
+        "sb",
+        "sy",
+        "pb",
+        "pbsb",
+        "cc",
+        "hybrid",
+        "1gs",
+    } <= set(ok)
+
+
 def test_missing_program_is_refused_by_validate(tmp_path):
     scn = _scenario(tmp_path, "nofile", {"name": "batch"}, [_mpi("j", 2, "no/such/prog.py")])
     p = _cli(["validate", str(scn)])
