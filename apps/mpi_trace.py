@@ -59,7 +59,7 @@ def load_or_record(program: str, args: tuple[str, ...], size: int) -> list[list]
     if path.is_file():
         return json.loads(path.read_text())["ranks"]
     print(
-        f"mpi: recording {Path(program).name} {' '.join(args)} on {size} real processes for the simulator "
+        f"mpi: recording {' '.join([Path(program).name, *args])} on {size} real processes for the simulator "
         f"(once; cached in {path})",
         file=sys.stderr,
         flush=True,
@@ -95,17 +95,33 @@ def record(program: str, args: tuple[str, ...], size: int, timeout: float = RECO
                 cmd = [sys.executable, "-m", "testbed.apps.mpi_trace", server.address, str(r), str(size),
                        f"{tmp}/rank{r}.json", str(program), *args]  # fmt: skip
                 err = open(f"{tmp}/rank{r}.err", "w")  # noqa: SIM115 - closed with the process below
-                procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=tmp), err))
+                env = {**os.environ, "TB_TRACE_PARENT": str(os.getpid())}
+                p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=tmp, env=env)
+                procs.append((p, err))
             deadline = time.monotonic() + timeout
-            for r, (p, _) in enumerate(procs):
-                code = p.wait(timeout=max(0.1, deadline - time.monotonic()))
-                if code != 0:
-                    lines = Path(f"{tmp}/rank{r}.err").read_text(errors="replace").strip().splitlines()
-                    why = lines[-1] if lines else f"exit code {code}"
-                    raise RuntimeError(f"recording {Path(program).name} for the simulator: rank {r}: {why}")
-            th.join(timeout=5)
-            if failure:
-                raise RuntimeError(f"recording {Path(program).name} for the simulator: {failure[0]}")
+            left = set(range(size))
+            # The first rank that fails ends the recording (the others may wait for it for ever).
+            grace = None
+            while left:
+                if failure:
+                    # The process manager saw a rank go: give that rank a moment to report its own reason.
+                    grace = grace or time.monotonic() + 1.0
+                    if time.monotonic() > grace:
+                        raise RuntimeError(f"recording {Path(program).name} for the simulator: {failure[0]}")
+                for r in sorted(left):
+                    code = procs[r][0].poll()
+                    if code is None:
+                        continue
+                    left.discard(r)
+                    if code != 0:
+                        lines = Path(f"{tmp}/rank{r}.err").read_text(errors="replace").strip().splitlines()
+                        why = lines[-1] if lines else f"exit code {code}"
+                        raise RuntimeError(
+                            f"recording {Path(program).name} for the simulator: rank {r}: {why}"
+                        )
+                if time.monotonic() > deadline:
+                    raise subprocess.TimeoutExpired("recording", timeout)
+                time.sleep(0.02)
             return [json.loads(Path(f"{tmp}/rank{r}.json").read_text()) for r in range(size)]
         except subprocess.TimeoutExpired:
             raise RuntimeError(
@@ -167,6 +183,13 @@ def _rank_main(argv: list[str]) -> int:
     from testbed.apps import mpi_wrap
 
     addr, rank, size, out, program, *args = argv
+    # Dies with the recording process (the driver): nothing of a recording outlives a killed run.
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != int(os.environ.get("TB_TRACE_PARENT", os.getppid())):
+        return 1  # the parent died before the prctl
     host, _, port = addr.rpartition(":")
     sock = socket.create_connection((host, int(port)))
     sock.sendall(f"cmd=tb_hello rank={rank}\n".encode())

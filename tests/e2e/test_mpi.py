@@ -164,6 +164,27 @@ def test_every_registered_scheduler_runs_mpi_jobs_as_it_runs_synthetic_ones(tmp_
     } <= set(ok)
 
 
+def test_a_program_that_fails_while_recorded_for_the_simulator_ends_the_run_with_its_line(tmp_path):
+    scn = _scenario(tmp_path, "simfail", {"name": "batch"}, [_mpi("bad", 2, PROGRAMS / "raises.py")])
+    env = {**os.environ, "TESTBED_MPI_TRACES": str(tmp_path / "traces")}
+    cmd = [
+        sys.executable,
+        "-m",
+        "testbed.cli",
+        "run",
+        str(scn),
+        "--backend",
+        "sim",
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 1, p.stdout + p.stderr
+    errors = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "rank 1: ValueError: rank 1 found bad input" in errors[0], errors
+    assert not list((tmp_path / "traces").glob("*.json"))  # nothing cached from a failed recording
+
+
 def test_missing_program_is_refused_by_validate(tmp_path):
     scn = _scenario(tmp_path, "nofile", {"name": "batch"}, [_mpi("j", 2, "no/such/prog.py")])
     p = _cli(["validate", str(scn)])
