@@ -69,11 +69,20 @@ def _mpi(job: str, size: int, program: str, *args, submit: float = 0.0) -> dict:
     return {"id": job, "size": size, "submit_s": submit, "app": app}
 
 
+def _pingpong(latency_us: float, rounds: int) -> dict:
+    """2 nodes, TDF 1 (emulated = real), NLS (every process runs), the ping-pong program."""
+    return {
+        "cluster": {"nodes": 2, "network": {"latency_us": latency_us}},
+        "clock": {"tdf": 1, "rate_probe_s": 0.3},
+        "scheduler": {"name": "local"},
+        "workload": {"jobs": [_mpi("pp", 2, "pingpong.py", rounds, 1)]},
+    }
+
+
 def bench_latency(tmp: Path, rounds: int) -> dict:
     cmd = [str(BIN / "mpiexec"), "-n", "2", sys.executable, str(PROGRAMS / "pingpong.py"), str(rounds), "1"]
     plain = json.loads(subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout)
-    doc = {"cluster": {"nodes": 2, "network": {"latency_us": 0}}, "clock": {"tdf": 1, "rate_probe_s": 0.3},
-           "scheduler": {"name": "local"}, "workload": {"jobs": [_mpi("pp", 2, "pingpong.py", rounds, 1)]}}  # fmt: skip
+    doc = _pingpong(0, rounds)
     out = _run(tmp, "latency", doc)
     tb = json.loads((out / "logs" / "pp.0.out").read_text())
     return {
@@ -87,8 +96,7 @@ def bench_latency(tmp: Path, rounds: int) -> dict:
 
 
 def bench_link(tmp: Path, rounds: int) -> dict:
-    doc = {"cluster": {"nodes": 2, "network": {"latency_us": 100}}, "clock": {"tdf": 1, "rate_probe_s": 0.3},
-           "scheduler": {"name": "local"}, "workload": {"jobs": [_mpi("pp", 2, "pingpong.py", rounds, 1)]}}  # fmt: skip
+    doc = _pingpong(100, rounds)
     out = _run(tmp, "link", doc)
     tb = json.loads((out / "logs" / "pp.0.out").read_text())
     return {
