@@ -186,6 +186,16 @@ def _rank(cfg: MpiConfig, ctx) -> None:
     sock.sendall(f"cmd=tb_hello rank={ctx.rank}\n".encode())
     _PMI_SOCKET.append(sock)
     os.environ.update(PMI_FD=str(sock.fileno()), PMI_RANK=str(ctx.rank), PMI_SIZE=str(head))
+    if (mpi_wrap.link_note() or not comm._standing) and os.environ.get("TB_WAIT_MODE") in (
+        "block",
+        "spin-block",
+    ):
+        # The job waits by blocking (its scheme's wait mode) and its waits are tbcomm's (mirrored): what is
+        # left inside MPI's own calls yields the CPU instead of busy-polling it (MPICH's ch4 polls
+        # without pause by default: docs/measurements.md, "MPI"), as the scheme means the CPU to go to
+        # others. Not where MPI runs direct: it costs a one-way message ~70 us here under load.
+        os.environ.setdefault("MPIR_CVAR_CH4_PROGRESS_THROTTLE", "1")
+        os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
     mpi_wrap.install(
         comm,
         head,
