@@ -11,7 +11,7 @@ wrapped as in a real run (apps/mpi_wrap.py) but recording instead of mirroring:
   the first one covers the program's imports and MPI_Init's CPU (not the interpreter's start: a real
   run's ranks are forked with it done);
 * ``["s", dest, nbytes, tag]``: a send (its payload's bytes, pickled size for the lowercase methods);
-* ``["r", source, tag]``: a receive, with the source and tag it actually matched (a Probe first), so
+* ``["r", source, tag]``: a receive, with the source and tag it actually matched (its status), so
   ANY_SOURCE / ANY_TAG replay as they ran;
 * ``["k", op]``: a collective of COMM_WORLD.
 
@@ -143,8 +143,6 @@ class Recorder:
         self.n = n
         self.ops: list[list] = []
         self.mark = 0.0  # the main thread's CPU clock when the previous call returned
-        self.world = None  # the plain COMM_WORLD (Probe)
-        self.MPI = None
 
     def _compute(self) -> None:
         now = time.thread_time()
@@ -164,11 +162,11 @@ class Recorder:
 
     def recv(self, source: int, tag: int) -> tuple[int, int]:
         self._compute()
-        st = self.MPI.Status()
-        self.MPI.Intracomm.Probe(self.world, source, tag, st)
-        src, t = st.Get_source(), st.Get_tag()
-        self.ops.append(["r", src, t])
-        return src, t
+        return source, tag
+
+    def matched(self, status) -> None:
+        # The source and tag the receive took, from its status: wildcards replay as they ran.
+        self.ops.append(["r", status.Get_source(), status.Get_tag()])
 
     def collective(self, op: str) -> None:
         self._compute()
@@ -202,8 +200,6 @@ def _rank_main(argv: list[str]) -> int:
             raise RuntimeError("the recording's process manager gave up before MPI_Init")
 
     def on_init(MPI):
-        rec.MPI = MPI
-        rec.world = MPI.Intracomm(MPI.COMM_WORLD)
         rec._compute()  # the program's imports and MPI_Init's CPU, the rank's first compute
         rec.done()
 

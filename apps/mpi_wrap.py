@@ -77,6 +77,9 @@ class _Mirror:
     def done(self) -> None:
         pass  # the MPI call returned: nothing to do after it (a recorder notes the time)
 
+    def matched(self, status) -> None:
+        pass  # which message a receive took (a recorder notes it)
+
     def payload(self, nbytes: int) -> memoryview:
         if len(self.zeros) < nbytes:
             self.zeros = bytearray(max(nbytes, 2 * len(self.zeros)))
@@ -200,8 +203,9 @@ def link_note(env=os.environ) -> str:
 
 
 def _patch(MPI, mirror, n: int) -> None:
-    """``mirror`` is told of each call before it runs (``send``, ``recv``, ``collective``) and after it
-    returned (``done``): a :class:`_Mirror`, or apps/mpi_trace.py's recorder."""
+    """``mirror`` is told of each call before it runs (``send``, ``recv``, ``collective``), of the message
+    a receive matched (``matched``, its status) and that the call returned (``done``): a :class:`_Mirror`,
+    or apps/mpi_trace.py's recorder."""
     link = link_note()
     _state["mirror"] = mirror
 
@@ -247,26 +251,42 @@ def _patch(MPI, mirror, n: int) -> None:
             return super().irecv(buf, source, tag)
 
         def Recv(self, buf, source=ANY, tag=ANY, status=None):
-            if source != MPI.PROC_NULL:
-                source, tag = mirror.recv(source, tag)
-            return super().Recv(buf, source, tag, status)
+            if source == MPI.PROC_NULL:
+                return super().Recv(buf, source, tag, status)
+            source, tag = mirror.recv(source, tag)
+            st = status if status is not None else MPI.Status()
+            out = super().Recv(buf, source, tag, st)
+            mirror.matched(st)
+            return out
 
         def recv(self, buf=None, source=ANY, tag=ANY, status=None):
-            if source != MPI.PROC_NULL:
-                source, tag = mirror.recv(source, tag)
-            return super().recv(buf, source, tag, status)
+            if source == MPI.PROC_NULL:
+                return super().recv(buf, source, tag, status)
+            source, tag = mirror.recv(source, tag)
+            st = status if status is not None else MPI.Status()
+            out = super().recv(buf, source, tag, st)
+            mirror.matched(st)
+            return out
 
         def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=ANY, recvtag=ANY, status=None):
             mirror.send(dest, sendtag, _nbytes(sendbuf))
-            if source != MPI.PROC_NULL:
-                source, recvtag = mirror.recv(source, recvtag)
-            return super().Sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
+            if source == MPI.PROC_NULL:
+                return super().Sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
+            source, recvtag = mirror.recv(source, recvtag)
+            st = status if status is not None else MPI.Status()
+            out = super().Sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, st)
+            mirror.matched(st)
+            return out
 
         def sendrecv(self, sendobj, dest, sendtag=0, recvbuf=None, source=ANY, recvtag=ANY, status=None):
             mirror.send(dest, sendtag, _pickled(sendobj))
-            if source != MPI.PROC_NULL:
-                source, recvtag = mirror.recv(source, recvtag)
-            return super().sendrecv(sendobj, dest, sendtag, recvbuf, source, recvtag, status)
+            if source == MPI.PROC_NULL:
+                return super().sendrecv(sendobj, dest, sendtag, recvbuf, source, recvtag, status)
+            source, recvtag = mirror.recv(source, recvtag)
+            st = status if status is not None else MPI.Status()
+            out = super().sendrecv(sendobj, dest, sendtag, recvbuf, source, recvtag, st)
+            mirror.matched(st)
+            return out
 
         # -- collectives --------------------------------------------------------------------------------
         def Barrier(self):
