@@ -258,6 +258,32 @@ def test_node_killed_under_a_running_mpi_job_fails_it_and_leaves_nothing(tmp_pat
     assert wait_clean(out) == ([], [])
 
 
+def test_kill_9_of_a_node_agent_under_a_running_mpi_job_fails_it_with_one_line(tmp_path):
+    # Nodes 2 and 3 share an agent process (nodes_per_process 2), killed while the job's ranks are past
+    # MPI_Init: their ranks die with it (PR_SET_PDEATHSIG), the job fails naming one of those nodes, and
+    # the run exits 3 with one line, leaving no rank and no process manager.
+    jobs = [_mpi("long", 4, RING, 5000, 10)]
+    scn = _scenario(tmp_path, "agentkill", {"name": "gang", "params": {"mpl": 2}}, jobs,
+                    cluster={"nodes": 4, "nodes_per_process": 2})  # fmt: skip
+    out = tmp_path / "out"
+    p = start_cli(["run", str(scn), "--out", str(out), "-q"])
+    try:
+        info = wait_for_event(out, lambda e: e["kind"] == "run_info" and e.get("node") == 3 and "pid" in e)
+        for rank in range(4):
+            wait_for_event(
+                out, lambda e, r=rank: e["kind"] == "progress" and e["job"] == "long" and e["rank"] == r
+            )
+        os.kill(info["pid"], signal.SIGKILL)
+        text, _ = p.communicate(timeout=180)
+    finally:
+        kill_tree(p)
+    assert p.returncode == 3, text
+    errors = [ln for ln in text.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "job long failed" in errors[0], text
+    assert "node 2" in errors[0] or "node 3" in errors[0], text
+    assert wait_clean(out) == ([], [])
+
+
 def test_kill_9_of_the_driver_leaves_no_rank_and_no_process_manager(tmp_path):
     # The janitor finds MPI ranks and the job's process manager (the head) by the run id in their
     # environment, as every worker: there is no mpiexec or proxy (docs/architecture.md, "MPI programs").
