@@ -5,7 +5,8 @@ per scheme family shows the scheme acting on the MPI ranks as on the synthetic j
 * gang: the ranks are stopped and continued by the slot switches;
 * DCS: a message's arrival boosts its receiver;
 * SB (blocking family): a receiver blocks in the kernel, and the message that wakes it boosts it;
-* HYBRID: a rank inside a collective (the program's allreduce) is boosted.
+* HYBRID: a rank inside a collective (the program's allreduce) is boosted;
+* PB (periodic family): the periodic pick favours (boosts) MPI ranks as it does synthetic ones.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from testbed.schedulers.base import (
     JobSpec,
     MessageArrived,
     ReceiverBlocked,
+    Timer,
     job_wait,
 )
 
@@ -141,3 +143,14 @@ def test_hybrid_boosts_an_mpi_rank_inside_a_collective_like_a_synthetic_one(tmp_
     assert "allreduce" in ops, ops  # the program's comm.allreduce, as the node heard of it
     for job in ("mpi", "syn"):
         assert _boosted(seen, CollectiveEnter, job) > 0, job
+
+
+def test_pb_periodically_favours_mpi_ranks_like_synthetic_ones(tmp_path):
+    _, seen = _run(tmp_path, "pb", {"mpl": 2})
+    for job in ("mpi", "syn"):
+        picked = [
+            d
+            for _, e, d in seen
+            if isinstance(e, Timer) and any(p.job_id == job and n == -10 for p, n in d.nice.items())
+        ]
+        assert picked, job
