@@ -41,6 +41,15 @@ from testbed.apps.base import (
     SimContext,
 )
 
+if getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", "").endswith(
+    "mechanism.forkserver"
+):
+    # Imported by a node's fork server (it preloads the run's kinds): MPI's library is loaded there once,
+    # not by every rank (apps/mpi_wrap.py, preload_mpi).
+    from testbed.apps.mpi_wrap import preload_mpi
+
+    preload_mpi()
+
 #: The tbcomm tag of the head's message telling each rank where the PMI server listens.
 TAG_PMI = 0
 #: Each rank's running count of the collectives of COMM_WORLD it has completed (apps/mpi_wrap.py), as
