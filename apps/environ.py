@@ -48,6 +48,12 @@ NODE = "TB_NODE"
 NODE_NIC = "TB_NODE_NIC"
 IO_DIR = "TB_IO_DIR"
 KEY = "TB_KEY"
+#: The MPI kind's own: every PMI command to the head's log when "1" (apps/mpi_pmi.py), and the pid of a
+#: trace recording's parent, whose ranks die with it (apps/mpi_trace.py).
+PMI_DEBUG = "TB_PMI_DEBUG"
+TRACE_PARENT = "TB_TRACE_PARENT"
+LINK_LATENCY_S = "TB_LINK_LATENCY_S"
+LINK_BANDWIDTH_BPS = "TB_LINK_BANDWIDTH_BPS"
 #: The marks of every process of a run, which the janitor looks for in /proc/<pid>/environ.
 MARK_RUN_ID = "TESTBED_RUN_ID"
 MARK_NODE = "TESTBED_NODE"
@@ -135,6 +141,8 @@ class NodeEnv:
     node_nic: str | None = None  # the worker's own NIC (None: the one its rank has in the job's NICs)
     io_dir: str | None = None  # absolute: the node's folder for real I/O files
     key: str | None = None  # the run's key, which a NIC asks of every connection (apps/wire.py with_key)
+    link_latency_s: float = 0.0  # the emulated link into the node (emulated s, bytes/s; None: unlimited)
+    link_bandwidth_Bps: float | None = None
 
     def to_env(self) -> dict[str, str]:
         env = self.clock.to_env()
@@ -142,6 +150,8 @@ class NodeEnv:
                             (IO_DIR, self.io_dir), (KEY, self.key)):  # fmt: skip
             if value is not None:
                 env[name] = str(value)
+        env[LINK_LATENCY_S] = repr(self.link_latency_s)
+        env[LINK_BANDWIDTH_BPS] = "" if self.link_bandwidth_Bps is None else repr(self.link_bandwidth_Bps)
         return env
 
     @classmethod
@@ -155,6 +165,8 @@ class NodeEnv:
             node_nic=env.get(NODE_NIC) or None,
             io_dir=env.get(IO_DIR) or None,
             key=env.get(KEY) or None,
+            link_latency_s=float(env.get(LINK_LATENCY_S) or 0),
+            link_bandwidth_Bps=float(env[LINK_BANDWIDTH_BPS]) if env.get(LINK_BANDWIDTH_BPS) else None,
         )
 
 

@@ -14,6 +14,7 @@ _BUILTIN = {
     "synthetic": "testbed.apps.synthetic:Synthetic",
     "divisible": "testbed.apps.divisible:Divisible",
     "vision": "testbed.apps.vision:Vision",
+    "mpi": "testbed.apps.mpi:Mpi",
 }
 
 #: The kind of an ``app:`` section that does not name one.

@@ -376,7 +376,16 @@ class NodeAgent:
     def _env(self, extra: dict) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         node = NodeEnv(
-            self.clock, self.cfg.run_id, self.node, self.nic_address, str(self.run_dir / "io"), self.cfg.key
+            self.clock,
+            self.cfg.run_id,
+            self.node,
+            self.nic_address,
+            str(self.run_dir / "io"),
+            self.cfg.key,
+            # The emulated link into this node, for a program that must refuse what it cannot carry over
+            # it (apps/mpi_wrap.py: MPI calls it does not mirror through tbcomm).
+            link_latency_s=self.cfg.latency_s,
+            link_bandwidth_Bps=self.cfg.bandwidth_Bps,
         )
         env.update(node.to_env())
         env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})

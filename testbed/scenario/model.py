@@ -824,6 +824,7 @@ def from_file_or_doc(
     for text in overrides:
         apply_override(doc, *parse_override(text))
     _resolve_trace(doc, Path(path).parent if path is not None else Path.cwd())
+    _resolve_programs(doc, Path(path).parent if path is not None else Path.cwd())
     try:
         scn = Scenario.model_validate(doc)
     except ValidationError as exc:
@@ -841,6 +842,22 @@ def _resolve_trace(doc: dict, base: Path) -> None:
     if not full.is_file():
         raise ScenarioError(f"workload.trace.path: no file {full}; give an SWF trace (.swf or .swf.gz)")
     trace["path"] = str(full)
+
+
+def _resolve_programs(doc: dict, base: Path) -> None:
+    """An ``app.program`` (the mpi kind's user program) is relative to the scenario file's folder, as a
+    trace path is: made absolute here, because ranks run in their node's folder. Whether the file exists
+    is the kind's check (``ProgramKind.problems``), which names the field."""
+    wl = doc.get("workload")
+    if not isinstance(wl, dict):
+        return
+    apps = [e.get("app") for e in wl.get("jobs") or [] if isinstance(e, dict)]
+    gen = wl.get("generator")
+    if isinstance(gen, dict):
+        apps += [c.get("app") for c in gen.get("classes") or [] if isinstance(c, dict)]
+    for app in apps:
+        if isinstance(app, dict) and isinstance(app.get("program"), str):
+            app["program"] = str((base / app["program"]).resolve())
 
 
 def effective_tdf(scn: Scenario, cores: int | None = None) -> float:

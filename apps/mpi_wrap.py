@@ -1,0 +1,440 @@
+"""What the mpi kind puts around a user's mpi4py program, without changing it (docs/architecture.md, "MPI
+programs"): every MPI message and collective of ``COMM_WORLD`` is mirrored by tbcomm, so that
+
+* it takes the scenario's link (latency, bandwidth) between emulated nodes: a send first sends a
+  tbcomm message of the same size to the receiver's NIC, and a receive first waits for that message, so
+  it completes no earlier than the emulated link delivers it;
+* the node sees what the coscheduling schemes act on: each arrival, each receiver waiting (in the job's
+  wait mode: spin, block, spin-block, as tbcomm waits) and each collective entered and left (HYBRID).
+
+Mirroring is on where the run needs it: an emulated link (``cluster.network``), or a node whose policy
+acts on message events (the coscheduling family); elsewhere (batch, NLS, gang on an ideal network) MPI
+runs direct, at its own speed, and only the collectives are counted. Then the real MPI call runs, and
+moves the real data (MPICH's network module, between processes of this
+host). A collective is a tbcomm barrier among the job's ranks (linear through rank 0: two link hops, as
+tbcomm's own collectives), named after the MPI operation, then the MPI collective.
+
+Mechanism: ``mpi4py.MPI.COMM_WORLD`` is replaced, as the program imports ``mpi4py.MPI`` (an import hook:
+MPI_Init runs then, with the program's own ``mpi4py.rc`` settings), by an instance of a Python
+subclass of ``MPI.Intracomm`` on the same communicator, whose methods mirror then call the real ones
+(``from mpi4py import MPI; MPI.COMM_WORLD`` and ``from mpi4py.MPI import COMM_WORLD`` both get it; its
+``Dup`` returns the same subclass). What is not mirrored: communicators that are not congruent
+with COMM_WORLD (``Split``, ``Create``: rank numbers differ), nonblocking receives (``Irecv``; ``Isend``
+is mirrored), one-sided operations. On an ideal network (no ``cluster.network``) the first two go
+straight to MPI; on an emulated link they fail the rank with one line (:class:`NotOnTheLink`) rather than
+run on the host's ideal network. One-sided operations are not checked.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import time
+
+from testbed.apps.environ import NodeEnv
+
+#: mpi4py's MPI.ANY_SOURCE / ANY_TAG are -1 / -1 in MPICH: the same as tbcomm's ANY.
+ANY = -1
+#: tbcomm's barrier tag (negative: never matches a user tag).
+_TAG_BARRIER = -2
+#: MPI tags map to tbcomm tags one to one (both >= 0); MPI_ANY_TAG to tbcomm's ANY.
+
+_state: dict = {}
+
+
+def _nbytes(buf) -> int:
+    """The bytes a buffer-spec send moves: ``buf``, ``[buf, type]``, ``[buf, count, type]``..."""
+    if isinstance(buf, list | tuple):
+        buf = buf[0] if buf else b""
+    try:
+        return memoryview(buf).nbytes
+    except TypeError:
+        return 0
+
+
+def _pickled(obj) -> int:
+    try:
+        return len(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL))
+    except Exception:  # noqa: BLE001 - mpi4py will say what is wrong with it; the mirror is a header
+        return 0
+
+
+class _Mirror:
+    """The tbcomm side of one rank: ``tb`` is its tbcomm endpoint (ranks 0..n-1 are the MPI ranks, n the
+    head), ``n`` the MPI world size."""
+
+    def __init__(self, tb, n: int) -> None:
+        self.tb = tb
+        self.n = n
+        # Mirroring costs each message tbcomm's relay (tens of us against MPICH's few). It is needed for an
+        # emulated link, or for a node whose policy acts on message events (the NIC then says so at GO:
+        # its receives are not standing ones, apps/tbcomm.py); otherwise MPI runs direct, at its own speed.
+        self.active = bool(link_note()) or not tb._standing
+        self.zeros = bytearray()
+        self.collectives = 0  # completed, reported to the node as the unit "collectives"
+        self.reported = 0
+        self.next_report = 0.0
+
+    def done(self) -> None:
+        pass  # the MPI call returned: nothing to do after it (a recorder notes the time)
+
+    def matched(self, status) -> None:
+        pass  # which message a receive took (a recorder notes it)
+
+    def payload(self, nbytes: int) -> memoryview:
+        if len(self.zeros) < nbytes:
+            self.zeros = bytearray(max(nbytes, 2 * len(self.zeros)))
+        return memoryview(self.zeros)[:nbytes]
+
+    def send(self, dest: int, tag: int, nbytes: int) -> None:
+        if self.active and 0 <= dest < self.n:
+            self.tb.send(dest, self.payload(nbytes), max(0, tag))
+
+    def recv(self, source: int, tag: int) -> tuple[int, int]:
+        if not self.active:
+            return source, tag
+        src, t, _ = self.tb.recv_msg(source if source >= 0 else ANY, tag if tag >= 0 else ANY)
+        return src, t
+
+    def collective(self, op: str) -> None:
+        """A barrier among the n MPI ranks through tbcomm (not the head), announced to the node as ``op``."""
+        from testbed.apps.tbcomm import COLL_ENTER, COLL_LEAVE
+
+        tb = self.tb
+        if not self.active:
+            self._count()
+            return
+        tb._notice(COLL_ENTER, op)
+        if self.n > 1:
+            if tb.rank == 0:
+                for _ in range(self.n - 1):
+                    tb._recv(ANY, _TAG_BARRIER, None)
+                for r in range(1, self.n):
+                    tb._send(r, b"", _TAG_BARRIER)
+            else:
+                tb._send(0, b"", _TAG_BARRIER)
+                tb._recv(0, _TAG_BARRIER, None)
+        tb._notice(COLL_LEAVE, op)
+        self._count()
+
+    def _count(self) -> None:
+        """One more collective done; reported at most every REPORT_EVERY_S (a report is a frame to the
+        node's NIC and an event there: one per Barrier tripled a 2-rank Barrier's time), and by
+        :meth:`flush` at the end."""
+        self.collectives += 1
+        now = time.monotonic()
+        if now >= self.next_report:
+            self.next_report = now + REPORT_EVERY_S
+            self.tb.progress("collectives", self.collectives)
+            self.reported = self.collectives
+
+    def flush(self) -> None:
+        if self.collectives != self.reported:
+            self.tb.progress("collectives", self.collectives)
+            self.reported = self.collectives
+
+
+def preload_mpi() -> None:
+    """Loads mpi4py's MPI extension (libmpi and UCX: about 48 ms of CPU here) without initialising MPI, in
+    a node's fork server, so that no rank pays for it: the ranks are forked with it loaded, and
+    :func:`install` initialises MPI when the program imports it. Loading it starts no thread and opens
+    no descriptor (checked: a forked child initialises and talks at full speed)."""
+    import mpi4py
+
+    mpi4py.rc.initialize = False
+    try:
+        import mpi4py.MPI  # noqa: F401
+    finally:
+        mpi4py.rc.initialize = True
+
+
+#: mpi4py's rc.thread_level names -> MPI's constants' names.
+_LEVELS = {
+    "single": "THREAD_SINGLE",
+    "funneled": "THREAD_FUNNELED",
+    "serialized": "THREAD_SERIALIZED",
+    "multiple": "THREAD_MULTIPLE",
+}
+
+
+class _Loader:
+    """Gives the program the MPI module loaded ahead (:func:`preload_mpi`), initialising MPI as mpi4py's
+    own import would (``rc.initialize``, ``rc.thread_level``)."""
+
+    def __init__(self, module, run) -> None:
+        self.module = module
+        self.run = run
+
+    def create_module(self, spec):
+        return self.module
+
+    def exec_module(self, module) -> None:
+        import mpi4py
+
+        def init(MPI):
+            rc = mpi4py.rc
+            if rc.initialize and not MPI.Is_initialized():
+                MPI.Init_thread(getattr(MPI, _LEVELS.get(str(rc.thread_level), "THREAD_MULTIPLE")))
+
+        self.run(module, init)
+
+
+class _ImportHook:
+    """Finds ``mpi4py.MPI`` for the program and patches the module right after MPI_Init (which runs as the
+    module loads, with the program's own ``mpi4py.rc`` settings), before the program sees it."""
+
+    def __init__(self, patch, before=None, preloaded=None) -> None:
+        self.patch = patch
+        self.before = before
+        self.preloaded = preloaded
+
+    def _run(self, module, load) -> None:
+        if self.before is not None:
+            self.before()
+        load(module)
+        self.patch(module)
+
+    def find_spec(self, name, path, target=None):
+        if name != "mpi4py.MPI":
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)
+        if self.preloaded is not None:
+            return importlib.util.spec_from_loader(name, _Loader(self.preloaded, self._run))
+        # The finders after this one (mpi4py installs its own at import: it picks the MPICH build of
+        # its extension) find it, as they would without the hook.
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        load = spec.loader.exec_module
+        spec.loader.exec_module = lambda module: self._run(module, load)
+        return spec
+
+
+def install(tb, n: int, before_init=None, on_init=None, mirror=None) -> None:
+    """Arranges for ``mpi4py.MPI``, when the program imports it, to have its ``COMM_WORLD`` replaced with
+    the mirrored communicator; ``before_init()`` is called just before MPI_Init, ``on_init(MPI)`` once
+    it has returned. The MPI module may have been loaded ahead without MPI_Init (:func:`preload_mpi`):
+    it is then hidden until the program imports it."""
+
+    def patch(MPI) -> None:
+        _patch(MPI, mirror if mirror is not None else _Mirror(tb, n), n)
+        if on_init is not None:
+            on_init(MPI)
+
+    preloaded = sys.modules.pop("mpi4py.MPI", None)
+    if preloaded is not None:
+        if preloaded.Is_initialized():
+            raise RuntimeError("MPI was initialised before the program: outside the rank's control")
+        mpi4py = sys.modules["mpi4py"]
+        if getattr(mpi4py, "MPI", None) is preloaded:
+            del mpi4py.MPI
+    sys.meta_path.insert(0, _ImportHook(patch, before_init, preloaded))
+
+
+#: Real seconds between two reports of the collectives count.
+REPORT_EVERY_S = 0.05
+
+#: The point-to-point methods the mirror wraps (lowercase and uppercase forms).
+_P2P = {"send", "ssend", "isend", "recv", "irecv", "sendrecv"}
+
+
+class NotOnTheLink(RuntimeError):
+    """An MPI call the testbed cannot carry over the scenario's emulated link (not mirrored)."""
+
+
+def link_note(env=os.environ) -> str:
+    """Empty on an ideal network; else the tail of the one-line refusal of an unmirrored call."""
+    node = NodeEnv.from_env(env)
+    if node.link_latency_s <= 0 and node.link_bandwidth_Bps is None:
+        return ""
+    return (
+        " is not carried over the emulated link (cluster.network is set), and would run on the host's ideal"
+        " network; use COMM_WORLD's blocking calls (or Isend), or unset cluster.network"
+    )
+
+
+def _patch(MPI, mirror, n: int) -> None:
+    """``mirror`` is told of each call before it runs (``send``, ``recv``, ``collective``), of the message
+    a receive matched (``matched``, its status) and that the call returned (``done``): a :class:`_Mirror`,
+    or apps/mpi_trace.py's recorder."""
+    link = link_note()
+    _state["mirror"] = mirror
+
+    def congruent(comm) -> bool:
+        return comm.Get_size() == n and MPI.Comm.Compare(comm, MPI.COMM_WORLD) in (MPI.IDENT, MPI.CONGRUENT)
+
+    class TestbedComm(MPI.Intracomm):
+        """COMM_WORLD with each message and collective mirrored through the emulated links."""
+
+        # -- point to point -----------------------------------------------------------------------------
+        def Send(self, buf, dest, tag=0):
+            mirror.send(dest, tag, _nbytes(buf))
+            return super().Send(buf, dest, tag)
+
+        def Ssend(self, buf, dest, tag=0):
+            mirror.send(dest, tag, _nbytes(buf))
+            return super().Ssend(buf, dest, tag)
+
+        def send(self, obj, dest, tag=0):
+            mirror.send(dest, tag, _pickled(obj))
+            return super().send(obj, dest, tag)
+
+        def ssend(self, obj, dest, tag=0):
+            mirror.send(dest, tag, _pickled(obj))
+            return super().ssend(obj, dest, tag)
+
+        def Isend(self, buf, dest, tag=0):
+            mirror.send(dest, tag, _nbytes(buf))
+            return super().Isend(buf, dest, tag)
+
+        def isend(self, obj, dest, tag=0):
+            mirror.send(dest, tag, _pickled(obj))
+            return super().isend(obj, dest, tag)
+
+        def Irecv(self, buf, source=ANY, tag=ANY):
+            if link:
+                raise NotOnTheLink(f"Irecv{link}")
+            return super().Irecv(buf, source, tag)
+
+        def irecv(self, buf=None, source=ANY, tag=ANY):
+            if link:
+                raise NotOnTheLink(f"irecv{link}")
+            return super().irecv(buf, source, tag)
+
+        def Recv(self, buf, source=ANY, tag=ANY, status=None):
+            if source == MPI.PROC_NULL:
+                return super().Recv(buf, source, tag, status)
+            source, tag = mirror.recv(source, tag)
+            st = status if status is not None else MPI.Status()
+            out = super().Recv(buf, source, tag, st)
+            mirror.matched(st)
+            return out
+
+        def recv(self, buf=None, source=ANY, tag=ANY, status=None):
+            if source == MPI.PROC_NULL:
+                return super().recv(buf, source, tag, status)
+            source, tag = mirror.recv(source, tag)
+            st = status if status is not None else MPI.Status()
+            out = super().recv(buf, source, tag, st)
+            mirror.matched(st)
+            return out
+
+        def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=ANY, recvtag=ANY, status=None):
+            mirror.send(dest, sendtag, _nbytes(sendbuf))
+            if source == MPI.PROC_NULL:
+                return super().Sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
+            source, recvtag = mirror.recv(source, recvtag)
+            st = status if status is not None else MPI.Status()
+            out = super().Sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, st)
+            mirror.matched(st)
+            return out
+
+        def sendrecv(self, sendobj, dest, sendtag=0, recvbuf=None, source=ANY, recvtag=ANY, status=None):
+            mirror.send(dest, sendtag, _pickled(sendobj))
+            if source == MPI.PROC_NULL:
+                return super().sendrecv(sendobj, dest, sendtag, recvbuf, source, recvtag, status)
+            source, recvtag = mirror.recv(source, recvtag)
+            st = status if status is not None else MPI.Status()
+            out = super().sendrecv(sendobj, dest, sendtag, recvbuf, source, recvtag, st)
+            mirror.matched(st)
+            return out
+
+        # -- collectives --------------------------------------------------------------------------------
+        def Barrier(self):
+            mirror.collective("barrier")
+            return super().Barrier()
+
+        def barrier(self):
+            mirror.collective("barrier")
+            return super().barrier()
+
+        def Bcast(self, buf, root=0):
+            mirror.collective("bcast")
+            return super().Bcast(buf, root)
+
+        def bcast(self, obj, root=0):
+            mirror.collective("bcast")
+            return super().bcast(obj, root)
+
+        def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
+            mirror.collective("allreduce")
+            return super().Allreduce(sendbuf, recvbuf, op)
+
+        def allreduce(self, sendobj, op=MPI.SUM):
+            mirror.collective("allreduce")
+            return super().allreduce(sendobj, op)
+
+        def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root=0):
+            mirror.collective("reduce")
+            return super().Reduce(sendbuf, recvbuf, op, root)
+
+        def reduce(self, sendobj, op=MPI.SUM, root=0):
+            mirror.collective("reduce")
+            return super().reduce(sendobj, op, root)
+
+        def Gather(self, sendbuf, recvbuf, root=0):
+            mirror.collective("gather")
+            return super().Gather(sendbuf, recvbuf, root)
+
+        def gather(self, sendobj, root=0):
+            mirror.collective("gather")
+            return super().gather(sendobj, root)
+
+        def Scatter(self, sendbuf, recvbuf, root=0):
+            mirror.collective("scatter")
+            return super().Scatter(sendbuf, recvbuf, root)
+
+        def scatter(self, sendobj, root=0):
+            mirror.collective("scatter")
+            return super().scatter(sendobj, root)
+
+        def Allgather(self, sendbuf, recvbuf):
+            mirror.collective("allgather")
+            return super().Allgather(sendbuf, recvbuf)
+
+        def allgather(self, sendobj):
+            mirror.collective("allgather")
+            return super().allgather(sendobj)
+
+        def Alltoall(self, sendbuf, recvbuf):
+            mirror.collective("alltoall")
+            return super().Alltoall(sendbuf, recvbuf)
+
+        def alltoall(self, sendobj):
+            mirror.collective("alltoall")
+            return super().alltoall(sendobj)
+
+    if not getattr(mirror, "active", True):
+        # Direct: point-to-point calls are MPI's own (not even a Python frame in between); collectives
+        # are still counted.
+        for name in [n_ for n_ in vars(TestbedComm) if n_[0].lower() in "sri" and not n_.startswith("_")]:
+            if name.lower() in _P2P:
+                delattr(TestbedComm, name)
+    # Calls on a communicator that is not COMM_WORLD's group in COMM_WORLD's order go straight to MPI: its
+    # rank numbers are not the tbcomm ranks (``Split``, ``Create`` return the subclass too). On an
+    # emulated link they are refused: they would run on the host's ideal network, silently.
+    for name in [n_ for n_, v in vars(TestbedComm).items() if callable(v) and not n_.startswith("_")]:
+        mirrored = vars(TestbedComm)[name]
+        plain = getattr(MPI.Intracomm, name)
+
+        def guard(self, *a, __m=mirrored, __p=plain, __name=name, **k):
+            if self._tb_congruent is None:
+                self._tb_congruent = congruent(self)
+            if self._tb_congruent:
+                result = __m(self, *a, **k)
+                mirror.done()
+                return result
+            if link:
+                raise NotOnTheLink(f"{__name} on a communicator whose ranks are not COMM_WORLD's{link}")
+            return __p(self, *a, **k)
+
+        guard.__name__ = name
+        setattr(TestbedComm, name, guard)
+    TestbedComm._tb_congruent = None
+
+    world = TestbedComm(MPI.COMM_WORLD)
+    world._tb_congruent = True
+    MPI.COMM_WORLD = world

@@ -1,0 +1,202 @@
+"""MPI programs on the testbed (the ``mpi`` kind), each figure beside a baseline measured in the same run.
+
+``python benchmarks/mpi_bench.py [--only latency,link,start,fidelity] [--rounds 1000] [--keep DIR]``
+
+* latency: tests/programs/pingpong.py (1-byte Send/Recv ping-pong, median one-way of ``--rounds``; and
+  the median Barrier) on 2 ranks, inside the testbed (2 nodes, ``latency_us: 0``, TDF 1, NLS: every
+  process runs) against plain ``mpiexec -n 2`` on the same host. Target: one-way <= 2x plain mpiexec's.
+* link: the same ping-pong across two nodes with ``latency_us: 100`` (TDF 1: emulated = real).
+  Target: 100 us +- 10 % one way.
+* start: a 16-rank MPI job (tests/programs/where.py) and a 16-rank synthetic job, each alone on 16 nodes:
+  emulated ms from the policy's decision (job_started) to every rank's HELLO at its NIC (started), and
+  for MPI to every rank past MPI_Init (its first report); max over ranks, median over ``--reps`` jobs.
+* fidelity: tests/programs/ring_allreduce.py (4 ranks, 20 iterations of 2 x 50 ms of compute, a ring
+  and an allreduce) alone on 4 nodes, real response time / simulated (the simulator replays its trace,
+  recorded here the first time), beside a synthetic job of the same shape (20 iterations x 100 units,
+  a barrier each) in the same two runs. Target: within 10 %.
+
+The last line printed is one JSON object. Note the host's other load (the run prints its idle share).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAMS = ROOT / "tests" / "programs"
+BIN = Path(sys.executable).parent
+
+
+def _idle() -> tuple[float, float]:
+    with open("/proc/stat") as fh:
+        f = [float(x) for x in fh.readline().split()[1:]]
+    return f[3] + f[4], sum(f)
+
+
+def _run(tmp: Path, name: str, doc: dict, backend: str = "ray") -> Path:
+    p = tmp / f"{name}.yaml"
+    p.write_text(yaml.safe_dump({"name": name, **doc}))
+    out = tmp / f"{name}-{backend}"
+    cmd = [sys.executable, "-m", "testbed.cli", "run", str(p), "--out", str(out), "--backend", backend, "-q"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        raise RuntimeError(f"{name} ({backend}): exit {r.returncode}: {(r.stdout + r.stderr).strip()[-500:]}")
+    return out
+
+
+def _events(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+
+
+def _jobs(out: Path) -> dict[str, dict]:
+    with open(out / "jobs.csv") as fh:
+        return {r["job_id"]: r for r in csv.DictReader(fh)}
+
+
+def _mpi(job: str, size: int, program: str, *args, submit: float = 0.0) -> dict:
+    app = {"kind": "mpi", "program": str(PROGRAMS / program), "args": [str(a) for a in args], "estimate_s": 5}
+    return {"id": job, "size": size, "submit_s": submit, "app": app}
+
+
+def _pingpong(latency_us: float, rounds: int) -> dict:
+    """2 nodes, TDF 1 (emulated = real), NLS (every process runs), the ping-pong program."""
+    return {
+        "cluster": {"nodes": 2, "network": {"latency_us": latency_us}},
+        "clock": {"tdf": 1, "rate_probe_s": 0.3},
+        "scheduler": {"name": "local"},
+        "workload": {"jobs": [_mpi("pp", 2, "pingpong.py", rounds, 1)]},
+    }
+
+
+def bench_latency(tmp: Path, rounds: int) -> dict:
+    cmd = [str(BIN / "mpiexec"), "-n", "2", sys.executable, str(PROGRAMS / "pingpong.py"), str(rounds), "1"]
+    plain = json.loads(subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout)
+    doc = _pingpong(0, rounds)
+    out = _run(tmp, "latency", doc)
+    tb = json.loads((out / "logs" / "pp.0.out").read_text())
+    return {
+        "plain_mpiexec_one_way_us": plain["one_way_us_median"],
+        "testbed_one_way_us": tb["one_way_us_median"],
+        "one_way_ratio": tb["one_way_us_median"] / plain["one_way_us_median"],
+        "plain_mpiexec_barrier_us": plain["barrier_us_median"],
+        "testbed_barrier_us": tb["barrier_us_median"],
+        "barrier_ratio": tb["barrier_us_median"] / plain["barrier_us_median"],
+    }
+
+
+def bench_link(tmp: Path, rounds: int) -> dict:
+    doc = _pingpong(100, rounds)
+    out = _run(tmp, "link", doc)
+    tb = json.loads((out / "logs" / "pp.0.out").read_text())
+    return {
+        "link_100us_one_way_us": tb["one_way_us_median"],
+        "link_100us_error": tb["one_way_us_median"] / 100 - 1,
+    }
+
+
+def bench_start(tmp: Path, reps: int) -> dict:
+    jobs = []
+    for i in range(reps):
+        jobs.append(_mpi(f"mpi{i}", 16, "where.py", submit=2.0 * i))
+        jobs.append(
+            {"id": f"syn{i}", "size": 16, "submit_s": 2.0 * i + 1.0, "app": {"iterations": 2, "gcomp": 5}}
+        )
+    doc = {"cluster": {"nodes": 16}, "clock": {"rate_probe_s": 0.5}, "scheduler": {"name": "batch"},
+           "workload": {"jobs": jobs}}  # fmt: skip
+    out = _run(tmp, "start", doc)
+    evs = _events(out)
+    start = {e["job"]: e["t"] for e in evs if e["kind"] == "job_started"}
+    ready: dict[str, float] = {}
+    init: dict[str, float] = {}
+    for e in evs:
+        if e["kind"] == "proc_ready" and e["rank"] < 16:
+            ready[e["job"]] = max(ready.get(e["job"], 0.0), e["t"])
+        elif e["kind"] == "progress" and e.get("unit") == "collectives" and e["value"] == 0:
+            init[e["job"]] = max(init.get(e["job"], 0.0), e["t"])
+    tdf = json.loads((out / "summary.json").read_text()).get("tdf")
+
+    def med(d: dict, prefix: str) -> float:
+        return statistics.median((d[j] - start[j]) * 1000 for j in d if j.startswith(prefix))
+
+    return {
+        "start_tdf": tdf,
+        "mpi16_started_ms": med(ready, "mpi"),
+        "mpi16_past_mpi_init_ms": med(init, "mpi"),
+        "synthetic16_started_ms": med(ready, "syn"),
+    }
+
+
+def bench_fidelity(tmp: Path) -> dict:
+    jobs = [
+        _mpi("mpi", 4, "ring_allreduce.py", 20, 50),
+        {"id": "syn", "size": 4, "submit_s": 0.0, "app": {"iterations": 20, "gcomp": 100}},
+    ]
+    # Batch, one job at a time on the 4 nodes: each runs alone.
+    doc = {"cluster": {"nodes": 4}, "clock": {"rate_probe_s": 0.5}, "scheduler": {"name": "batch"},
+           "workload": {"jobs": jobs}}  # fmt: skip
+    t0 = time.monotonic()
+    sim = _jobs(_run(tmp, "fidelity", doc, "sim"))
+    sim_s = time.monotonic() - t0
+    real = _jobs(_run(tmp, "fidelity", doc, "ray"))
+
+    def ratio(j: str) -> float:
+        def took(r):
+            return float(r["finish_time"]) - float(r["starting_time"])
+
+        return took(real[j]) / took(sim[j])
+
+    return {
+        "fidelity_sim_wall_s": sim_s,
+        "mpi_real_over_sim": ratio("mpi"),
+        "synthetic_real_over_sim": ratio("syn"),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="latency,link,start,fidelity")
+    ap.add_argument("--rounds", type=int, default=1000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--keep", default=None, help="keep the runs' folders here")
+    args = ap.parse_args()
+    tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tb-mpi-bench-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TESTBED_MPI_TRACES", str(tmp / "traces"))
+    idle0 = _idle()
+    out: dict = {}
+    for part in args.only.split(","):
+        try:
+            if part == "latency":
+                out.update(bench_latency(tmp, args.rounds))
+            elif part == "link":
+                out.update(bench_link(tmp, args.rounds))
+            elif part == "start":
+                out.update(bench_start(tmp, args.reps))
+            elif part == "fidelity":
+                out.update(bench_fidelity(tmp))
+            else:
+                raise ValueError(f"unknown part {part!r}")
+        except Exception as exc:  # noqa: BLE001 - the figure says why it is missing
+            out[part] = f"error: {exc}"
+        print(json.dumps({k: v for k, v in out.items()}), flush=True)
+    idle1 = _idle()
+    out["host_idle_share"] = (idle1[0] - idle0[0]) / max(1e-9, idle1[1] - idle0[1])
+    for k, v in out.items():
+        print(f"{k:32} {v:.3f}" if isinstance(v, float) else f"{k:32} {v}")
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

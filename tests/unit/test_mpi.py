@@ -1,0 +1,183 @@
+"""The mpi kind's parts that need no MPI run (apps/mpi.py, mpi_pmi.py, mpi_trace.py, mpi_wrap.py): the
+PMI-1 server against raw clients speaking MPICH's wire protocol, the simulator's replay of a trace, the
+scenario's program path, the link note."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import pytest
+import yaml
+from testbed.apps.base import TAG_BARRIER, Collective, Compute, Progress, Recv, Send, SimContext
+from testbed.apps.mpi import Mpi, MpiConfig, _sim_tag
+from testbed.apps.mpi_pmi import PmiFailure, PmiServer, parse
+from testbed.apps.mpi_trace import trace_path
+from testbed.apps.mpi_wrap import link_note
+
+from testbed.scenario import ScenarioError, load
+
+
+class _Client:
+    def __init__(self, address: str, rank: int) -> None:
+        host, _, port = address.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=5)
+        self.fh = self.sock.makefile("rb")
+        self.send(f"cmd=tb_hello rank={rank}")
+
+    def send(self, line: str) -> None:
+        self.sock.sendall(line.encode() + b"\n")
+
+    def ask(self, line: str) -> dict:
+        self.send(line)
+        return self.read()
+
+    def read(self) -> dict:
+        return parse(self.fh.readline().decode().strip())
+
+    def close(self) -> None:
+        self.fh.close()
+        self.sock.close()
+
+
+def _serve(server: PmiServer) -> tuple[threading.Thread, list]:
+    errors: list = []
+
+    def run():
+        try:
+            server.serve()
+        except PmiFailure as exc:
+            errors.append(exc)
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    return th, errors
+
+
+def test_pmi_server_bootstraps_and_finishes_a_job_as_mpich_asks():
+    server = PmiServer(2, "127.0.0.1", 10.0)
+    th, errors = _serve(server)
+    try:
+        a, b = _Client(server.address, 0), _Client(server.address, 1)
+        a.send("cmd=tb_ready")
+        b.send("cmd=tb_ready")
+        assert a.read()["cmd"] == "tb_go" and b.read()["cmd"] == "tb_go"
+        assert a.ask("cmd=init pmi_version=1 pmi_subversion=1") == {
+            "cmd": "response_to_init", "pmi_version": "1", "pmi_subversion": "1", "rc": "0"
+        }  # fmt: skip
+        assert int(a.ask("cmd=get_maxes")["vallen_max"]) >= 1024
+        kvs = a.ask("cmd=get_my_kvsname")["kvsname"]
+        assert a.ask(f"cmd=put kvsname={kvs} key=card-0 value=abc")["rc"] == "0"
+        # Every rank on a node of its own, as the emulated cluster places them.
+        got = b.ask(f"cmd=get kvsname={kvs} key=PMI_process_mapping")
+        assert got["value"] == "(vector,(0,2,1))"
+        assert b.ask(f"cmd=get kvsname={kvs} key=nothing")["rc"] != "0"
+        # A barrier answers nobody until every rank entered it.
+        a.send("cmd=barrier_in")
+        a.sock.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            a.sock.recv(1, socket.MSG_PEEK)
+        a.sock.settimeout(5)
+        b.send("cmd=barrier_in")
+        assert a.read()["cmd"] == "barrier_out" and b.read()["cmd"] == "barrier_out"
+        assert b.ask(f"cmd=get kvsname={kvs} key=card-0")["value"] == "abc"
+        for c in (a, b):
+            c.send("cmd=tb_finalized")
+        th.join(5)
+        assert not th.is_alive() and errors == []
+    finally:
+        server.close()
+
+
+def test_pmi_server_names_the_rank_that_never_reaches_mpi_init_and_tells_the_others():
+    server = PmiServer(2, "127.0.0.1", 0.3)
+    th, errors = _serve(server)
+    try:
+        a, _b = _Client(server.address, 0), _Client(server.address, 1)
+        a.send("cmd=tb_ready")
+        th.join(5)
+        assert len(errors) == 1 and not errors[0].peer
+        assert str(errors[0]).startswith("rank(s) 1 did not reach MPI_Init within init_timeout_s")
+        told = a.read()
+        assert told["cmd"] == "tb_fail" and "rank(s) 1" in told["reason"]
+    finally:
+        server.close()
+
+
+def test_pmi_server_fails_the_job_on_abort_and_on_a_rank_gone_before_finalize():
+    server = PmiServer(2, "127.0.0.1", 10.0)
+    th, errors = _serve(server)
+    try:
+        a = _Client(server.address, 1)
+        a.send("cmd=abort exitcode=7 error_msg=application called MPI_Abort(MPI_COMM_WORLD, 7)")
+        th.join(5)
+        assert str(errors[0]) == (
+            "rank 1 called MPI_Abort (exit code 7): application called MPI_Abort(MPI_COMM_WORLD, 7)"
+        )
+    finally:
+        server.close()
+    server = PmiServer(2, "127.0.0.1", 10.0)
+    th, errors = _serve(server)
+    try:
+        _Client(server.address, 0).close()
+        th.join(5)
+        assert errors[0].peer and str(errors[0]) == "rank 0's process ended before MPI_Finalize"
+    finally:
+        server.close()
+
+
+def test_the_model_replays_a_recorded_trace(tmp_path, monkeypatch):
+    monkeypatch.setenv("TESTBED_MPI_TRACES", str(tmp_path / "traces"))
+    prog = tmp_path / "prog.py"
+    prog.write_text("from mpi4py import MPI\n")
+    cfg = MpiConfig(program=str(prog), args=("3",))
+    ranks = [
+        [["c", 0.5], ["s", 1, 8, 7], ["k", "allreduce"]],
+        [["c", 0.25], ["r", 0, 7], ["k", "allreduce"]],
+    ]
+    path = trace_path(str(prog), ("3",), 2)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"ranks": ranks}))
+
+    def ops(rank):
+        return list(Mpi.model(cfg, SimContext(rank, 3, lambda: 0.0)))
+
+    assert ops(0) == [
+        Compute(0.5),
+        Send((1,), 8, _sim_tag(0, 7)),
+        Collective("allreduce", True),
+        Recv(1, TAG_BARRIER),
+        Send((1,), 0, TAG_BARRIER),
+        Collective("allreduce", False),
+        Progress("collectives", 1),
+    ]
+    assert ops(1)[:2] == [Compute(0.25), Recv(1, _sim_tag(0, 7))]
+    assert ops(2) == []  # the head, the job's process manager
+    # The trace is the program's and its arguments': another argument is another trace.
+    assert trace_path(str(prog), ("4",), 2) != path
+
+
+def test_a_program_path_is_relative_to_the_scenario_and_must_exist(tmp_path):
+    (tmp_path / "progs").mkdir()
+    (tmp_path / "progs" / "p.py").write_text("")
+    doc = {
+        "cluster": {"nodes": 2},
+        "workload": {"jobs": [{"size": 2, "app": {"kind": "mpi", "program": "progs/p.py"}}]},
+    }
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    scn = load(f)
+    assert scn.workload.jobs[0].app.program == str(tmp_path / "progs" / "p.py")
+    doc["workload"]["jobs"][0]["app"]["program"] = "progs/none.py"
+    f.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ScenarioError) as exc:
+        load(f)
+    assert "workload.jobs.0.app.program: no file" in str(exc.value) and "none.py" in str(exc.value)
+
+
+def test_the_link_note_says_when_unmirrored_calls_must_be_refused():
+    assert link_note({"TB_LINK_LATENCY_S": "0.0", "TB_LINK_BANDWIDTH_BPS": ""}) == ""
+    assert link_note({}) == ""
+    assert "not carried over the emulated link" in link_note({"TB_LINK_LATENCY_S": "0.0001"})
+    assert "not carried over the emulated link" in link_note({"TB_LINK_BANDWIDTH_BPS": "1e6"})
