@@ -3,6 +3,10 @@
 ``--soak``: the fault tests (tests/e2e/test_faults.py) run once each by default; with --soak each runs
 SOAK_RUNS times (the extra runs are marked ``soak``; ``-m soak --soak`` runs only those), so an exit path
 that fails only sometimes shows up. ``.ci/run`` adds them when they fit in CI's time.
+
+``--extended``: tests marked ``extended`` take minutes each (a sweep over every registered scheduler on
+real processes); the default run leaves them out, ``-m extended --extended`` runs only them, and
+``.ci/run`` runs them when they fit.
 """
 
 from __future__ import annotations
@@ -23,6 +27,12 @@ def pytest_addoption(parser):
         default=False,
         help=f"run each fault test {SOAK_RUNS} times instead of once (the extra runs are marked soak)",
     )
+    parser.addoption(
+        "--extended",
+        action="store_true",
+        default=False,
+        help="also run the tests marked extended (minutes each)",
+    )
 
 
 def pytest_configure(config):
@@ -35,13 +45,11 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--soak"):
-        return
-    keep = [i for i in items if i.get_closest_marker("soak") is None]
-    dropped = [i for i in items if i.get_closest_marker("soak") is not None]
+    left_out = [m for m in ("soak", "extended") if not config.getoption(f"--{m}")]
+    dropped = [i for i in items if any(i.get_closest_marker(m) for m in left_out)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = keep
+        items[:] = [i for i in items if i not in dropped]
 
 
 def soak(fn):

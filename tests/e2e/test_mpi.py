@@ -129,6 +129,7 @@ def test_unmodified_mpi4py_program_runs_in_the_simulator_from_a_recorded_trace(t
     assert all(float(r["finish_time"]) - float(r["starting_time"]) >= 0.12 for r in runs[0][1].values())
 
 
+@pytest.mark.extended  # about 3 minutes: run in CI when it fits (.ci/run)
 def test_every_registered_scheduler_runs_mpi_jobs_as_it_runs_synthetic_ones(tmp_path):
     from testbed.schedulers import registry
 
