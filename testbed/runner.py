@@ -35,6 +35,7 @@ from testbed.results import comparison
 from testbed.results import folder as outfolder
 from testbed.results import summary as results
 from testbed.scenario import Scenario, effective_tdf, sweep
+from testbed.scenario.swf import TraceError
 from testbed.scenario.workload import build
 from testbed.schedulers import registry
 from testbed.schedulers.base import PolicyConfigError
@@ -71,6 +72,7 @@ def preflight(scn: Scenario, backend: str, out: Path | None = None, force: bool 
         runs = [(f"variant '{v.name}': ", v.scenario) for v in sweep.variants(scn)]
     for where, s in runs:
         _check_policies(s, where)
+        _check_jobs(s, where)
     notes: list[str] = []
     if backend == "ray":
         usable: dict[str, str | None] = probe_envelopes()
@@ -87,6 +89,20 @@ def preflight(scn: Scenario, backend: str, out: Path | None = None, force: bool 
     else:
         check_writable(DEFAULT_PARENT, f"results folder {DEFAULT_PARENT}/ (default; --out chooses another)")
     return notes
+
+
+def _check_jobs(scn: Scenario, where: str) -> None:
+    """Builds the workload as the run will: a trace is opened, parsed and checked here (it is read only
+    when the jobs are built), and a workload with no job to run is refused."""
+    try:
+        jobs = build(scn)
+    except TraceError as exc:
+        raise PreflightError(f"{where}workload.trace.path: {exc}") from None
+    if not jobs:
+        raise PreflightError(
+            f"{where}workload: no job to run (a trace's jobs all lack a run time or processors, or "
+            "workload.trace.skip passes them all); give jobs the workload can run"
+        )
 
 
 def _check_policies(scn: Scenario, where: str) -> None:

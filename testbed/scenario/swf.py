@@ -8,6 +8,8 @@ package reads SWF (the ones named so are absent or read other formats), and the 
 from __future__ import annotations
 
 import gzip
+import math
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +57,10 @@ def read(path: str | Path) -> Iterator[TraceJob]:
         try:
             v = [float(p) for p in parts]
         except ValueError:
-            raise TraceError(f"{path}:{n}: not a number in {line.strip()!r}") from None
+            v = None
+        if v is None or not all(math.isfinite(x) for x in v):
+            shown = line if len(line) <= 80 else line[:80] + "..."
+            raise TraceError(f"{path}:{n}: not 18 finite numbers in {shown!r}")
         procs = int(v[4]) if v[4] > 0 else int(v[7])
         yield TraceJob(
             job=int(v[0]),
@@ -74,5 +79,7 @@ def _lines(path: str | Path) -> Iterator[str]:
         with opener(p, "rt", encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 yield line.strip()
-    except OSError as exc:
-        raise TraceError(f"{p}: cannot read it as an SWF trace ({exc.strerror or exc})") from None
+    except (OSError, EOFError, zlib.error) as exc:
+        # gzip raises OSError for a file that is not gzip, EOFError for one cut short.
+        why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise TraceError(f"{p}: cannot read it as an SWF trace ({why})") from None

@@ -10,6 +10,7 @@ one call (:meth:`ProgramKind.plan`), and the scheduler settles how its processes
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 import numpy as np
@@ -128,21 +129,19 @@ def _draw_length(d, rng) -> Shape:
 
 
 def _replayed(scn: Scenario, waits: _Waits) -> list[Job]:
-    """The trace's jobs (testbed/scenario/swf.py), arrivals from the first replayed job's, scaled; jobs that
-    did not run (run time or processors unknown or 0) are left out."""
+    """The trace's jobs (testbed/scenario/swf.py), arrivals from the earliest replayed job's, scaled; jobs
+    that did not run (run time or processors unknown or 0) are left out."""
     tr = scn.workload.trace
     if tr is None:
         return []
     nodes = scn.cluster.nodes
-    out: list[Job] = []
-    t0 = None
     usable = (j for j in read_trace(tr.path) if j.run > 0 and j.procs > 0)
-    for i, tj in enumerate(usable):
-        if i < tr.skip:
-            continue
-        if tr.count is not None and len(out) >= tr.count:
-            break
-        t0 = tj.submit if t0 is None else t0
+    replayed = list(itertools.islice(usable, tr.skip, None if tr.count is None else tr.skip + tr.count))
+    # Arrivals from the earliest replayed job's: a trace not in submission order never gives a negative
+    # time (the jobs are sorted by arrival at the end).
+    t0 = min((tj.submit for tj in replayed), default=0.0)
+    out: list[Job] = []
+    for tj in replayed:
         run = tj.run * tr.time_scale
         submit = round((tj.submit - t0) * tr.time_scale * tr.arrival_scale, 6)
         plan = _plan(tr.app, submit, scn, Shape(work=(run, max(1, math.ceil(run / tr.step_s)))))

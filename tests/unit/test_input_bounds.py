@@ -179,3 +179,33 @@ def test_the_simulator_honours_wall_limit_s(tmp_path):
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["jobs_by_state"] == {
         "COMPLETED_KILLED": 1
     }
+
+
+def test_validate_reads_the_trace_as_run_would(tmp_path):
+    # The trace is read when the jobs are built: the preflight builds them, so what run would fail on
+    # (garbage, a gzip cut short, a non-finite field, no usable job) is refused before anything runs.
+    from testbed import runner
+
+    nasa = Path(__file__).resolve().parents[2] / "scenarios" / "traces" / "NASA-iPSC-1993-3.1-cln.swf.gz"
+    cases = {
+        "garbage.swf.gz": (os.urandom(3000), "cannot read it as an SWF trace"),
+        "cut.swf.gz": (nasa.read_bytes()[:20000], "cannot read it as an SWF trace"),
+        "inf.swf": (b"1 0 0 inf 1 0 0 1 0 0 1 0 0 0 0 0 0 0\n", "not 18 finite numbers"),
+        "empty.swf": (b"; a comment\n1 0 0 0 0 0 0 0 0 0 1 0 0 0 0 0 0 0\n", "no job to run"),
+    }
+    for name, (data, expect) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        scn = load(doc={"name": "t", "workload": {"trace": {"path": str(tmp_path / name)}}})
+        with pytest.raises(runner.PreflightError, match=expect):
+            runner.preflight(scn, "sim", tmp_path / "out")
+        assert not (tmp_path / "out").exists()
+
+
+def test_a_trace_out_of_submission_order_gives_no_negative_arrival(tmp_path):
+    from testbed.scenario.workload import build
+
+    (tmp_path / "t.swf").write_bytes(
+        b"1 100 0 10 1 0 0 1 0 0 1 0 0 0 0 0 0 0\n2 40 0 10 1 0 0 1 0 0 1 0 0 0 0 0 0 0\n"
+    )
+    jobs = build(load(doc={"name": "t", "workload": {"trace": {"path": str(tmp_path / "t.swf")}}}))
+    assert [(j.job_id, j.spec.submit_time) for j in jobs] == [("t2", 0.0), ("t1", 60.0)]
