@@ -32,15 +32,21 @@ from .base import (
     SlotStart,
     Start,
 )
-from .params import PolicyParams, param, rule_error
+from .params import MAX_ROWS, MIN_QUANTUM_MS, PolicyParams, param, rule_error
 from .placement import MemoryAwareParams, NodeMemory, contiguous_block, oversize_reason
 
 
 class GangParams(MemoryAwareParams):
     mpl: int = param(
-        3, "rows of the Ousterhout matrix (time slots)", noun="a whole number of matrix rows", ge=1
+        3,
+        "rows of the Ousterhout matrix (time slots)",
+        noun="a whole number of matrix rows",
+        ge=1,
+        le=MAX_ROWS,
     )
-    quantum_ms: float = param(100.0, "length of a time slot", noun="a number of milliseconds", gt=0)
+    quantum_ms: float = param(
+        100.0, "length of a time slot", noun="a number of milliseconds", ge=MIN_QUANTUM_MS
+    )
     alternate: bool = param(True, "idle columns of a slot run jobs of other rows that fit there")
     packing: bool = param(True, "a job goes on the first contiguous block of free columns (false: random)")
     lead_ms: float = param(

@@ -48,7 +48,7 @@ from .base import (
 )
 from .cosched import NICE_MAX, NICE_MIN, PbSbLocal, PeriodicParams, SpinBlockParams, WakeParams
 from .gang import GangLocal
-from .params import PolicyParams, param, rule_error
+from .params import MAX_ROWS, MIN_QUANTUM_MS, PolicyParams, param, rule_error
 from .placement import MemoryAwareParams, NodeMemory, contiguous_block, oversize_reason
 
 RT, BE = "rt", "be"
@@ -81,9 +81,13 @@ class MulticlassParams(MemoryAwareParams):
 
 class OneGsParams(MulticlassParams):
     rows: int = param(
-        6, "M: rows of the Ousterhout matrix, split x:y between RT and BE", noun="a whole number", ge=2
+        6,
+        "M: rows of the Ousterhout matrix, split x:y between RT and BE",
+        noun="a whole number",
+        ge=2,
+        le=MAX_ROWS,
     )
-    quantum_ms: float = param(500.0, "Q: length of a row's slot", noun=_MS, gt=0)
+    quantum_ms: float = param(500.0, "Q: length of a row's slot", noun=_MS, ge=MIN_QUANTUM_MS)
     lead_ms: float = param(25.0, "how far ahead a slot is planned and sent", noun=_MS, ge=0)
 
     @model_validator(mode="after")
@@ -123,7 +127,7 @@ class PsParams(TwoDcsParams):
         100.0,
         "a scheduling event at least this often (the BE quantum)",
         noun=_MS,
-        gt=0,
+        ge=MIN_QUANTUM_MS,
     )
 
 

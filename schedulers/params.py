@@ -63,6 +63,14 @@ class PolicyParams(BaseModel):
 P = TypeVar("P", bound=PolicyParams)
 
 
+#: The shortest slot or quantum a policy may ask for: the kernel's timer tick is 1 ms, so a node cannot
+#: switch faster, and a shorter one only multiplies the simulator's events (1e-9 ms wrote 1.2 GB a minute).
+MIN_QUANTUM_MS = 1.0
+#: The most rows an Ousterhout matrix may have: the papers use a handful; each row is a slot the whole
+#: cluster cycles through, and 1e8 rows allocated for half a minute before failing.
+MAX_ROWS = 256
+
+
 def param(default: Any, description: str, *, noun: str | None = None, **bounds: Any) -> Any:
     """A parameter field: its default, its one-line description, and what it must be. ``noun`` says what
     kind of value it takes ("a number of milliseconds"; default: from its type); ``bounds`` are pydantic's

@@ -26,7 +26,7 @@ NEEDS = {
     "backfill": "true or false",
     "packing": "true or false",
     "alternate": "true or false",
-    "quantum_ms": "a number of milliseconds > 0",
+    "quantum_ms": "a number of milliseconds >= 1",
     "lead_ms": "a number of milliseconds >= 0",
     "margin_pct": "a percentage >= 0 and <= 100",
     "band_pct": "a percentage > 0 and <= 100",
@@ -45,7 +45,7 @@ NEEDS = {
     "context_switch_us": "a number of microseconds >= 0",
     "sync_ms": "a number of milliseconds >= 0",
     "interrupt_us": "a number of microseconds >= 0",
-    "rows": "a whole number >= 2",
+    "rows": "a whole number in 2..256",
     "gamma_ms": "a number of milliseconds > 0",
     "rt_first_nice": "a whole nice value in -20..19",
     "rt_nice": "a whole nice value in -20..19",
@@ -54,8 +54,8 @@ NEEDS = {
     "all_nodes": "'fastest' or 'every'",
 }
 MPL_NEEDS = {
-    "gang": "a whole number of matrix rows >= 1",
-    "paired": "a whole number of matrix rows >= 1",
+    "gang": "a whole number of matrix rows in 1..256",
+    "paired": "a whole number of matrix rows in 1..256",
 }
 # Values each kind of parameter must refuse (beside a bound, each takes a value of the wrong type).
 BAD = {
@@ -69,7 +69,8 @@ BAD = {
     "'fair' or 'best-fit'": ["greedy", 1],
     "a whole nice value in -20..19": [-21, 20, 1.0, "0"],
     "a number > 0": [0, -1.0, "2", True, float("nan")],
-    "a whole number >= 2": [1, 0, 1.5, "6", True],
+    "a whole number in 2..256": [1, 0, 257, 10**8, 1.5, "6", True],
+    "a number of milliseconds >= 1": [0, 0.5, 1e-9, -5.0, "100", True, float("nan")],
     "'fastest' or 'every'": ["all", 16, None],
 }
 
@@ -153,7 +154,7 @@ def test_several_problems_one_line_each_unknown_names_listing_the_known_ones():
         "scheduler.params: unknown parameter(s) quantum, lead for scheduler 'gang'; did you mean "
         "'quantum_ms' for 'quantum', 'lead_ms' for 'lead'? known parameters: alternate, lead_ms, "
         "memory_aware, mpl, packing, quantum_ms",
-        "scheduler.params.mpl: gang needs a whole number of matrix rows >= 1, got 0 (default 3)",
+        "scheduler.params.mpl: gang needs a whole number of matrix rows in 1..256, got 0 (default 3)",
         "scheduler.params.alternate: gang needs true or false, got 'no' (default true)",
     )
     with pytest.raises(PolicyConfigError) as exc:
@@ -309,7 +310,7 @@ def test_scenario_errors_give_one_line_per_bad_parameter():
         load(doc=doc)
     assert str(exc.value) == (
         "invalid scenario: 2 problems:\n"
-        "  scheduler.params.mpl: paired needs a whole number of matrix rows >= 1, got 0 (default 3)\n"
+        "  scheduler.params.mpl: paired needs a whole number of matrix rows in 1..256, got 0 (default 3)\n"
         "  scheduler.params.matching: paired needs 'fair' or 'best-fit', got 'greedy' (default 'fair')"
     )
     with pytest.raises(ScenarioError, match="scheduler.params.quantum_ms: gang needs"):
@@ -327,7 +328,7 @@ def test_a_sweep_names_the_variant_and_each_bad_parameter():
     lines = str(exc.value).splitlines()
     assert lines[0] == "invalid sweep: 2 problems:"
     assert lines[1:] == [
-        "  variant 'v': scheduler.params.mpl: gang needs a whole number of matrix rows >= 1, got 0 "
+        "  variant 'v': scheduler.params.mpl: gang needs a whole number of matrix rows in 1..256, got 0 "
         "(default 3)",
         "  variant 'v': scheduler.params.lead_ms: gang needs a number of milliseconds >= 0, got -1 "
         "(default 25.0)",
