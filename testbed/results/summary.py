@@ -349,7 +349,7 @@ def summarize(events: Iterable[dict] | Tally, facts: RunFacts) -> dict:
         "backend": facts.backend,
         "nodes": facts.nodes,
         "jobs": len(rows),
-        "jobs_by_state": dict(counts),
+        "jobs_by_state": {str(state): n for state, n in counts.items()},  # plain names, as summary.json has
         "mean_response_time_s": mean(r["turnaround_time"] for r in done),
         "mean_waiting_time_s": mean(r["waiting_time"] for r in done),
         "mean_slowdown": mean(r["stretch"] for r in done),
