@@ -95,7 +95,7 @@ def _cases(tmp: Path) -> list[tuple[str, Path, list[str], str]]:
             "quantum-0",
             tiny,
             ["--set", "scheduler.params.quantum_ms=0"],
-            "scheduler.params.quantum_ms: gang needs a number of milliseconds > 0",
+            "scheduler.params.quantum_ms: gang needs a number of milliseconds >= 1",
         ),
         (
             "lead-above-quantum",
