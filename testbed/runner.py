@@ -18,7 +18,9 @@ import json
 import math
 import os
 import re
+import signal
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -295,13 +297,15 @@ def run_once(
         jobs = build(scn)
         hooks = Hooks(on_status, on_phase, notice)
         outcome = _backend(backend, prometheus, scn).run_scenario(scn, jobs, run_dir, hooks)
-        # The results come from the event log only, with how the run ended.
-        summary = results.write(
-            run_dir,
-            ev.read_jsonl(run_dir / "events.jsonl"),
-            results.facts_of(scn, backend, outcome.tdf, outcome.envelope),
-            {**outcome.summary_fields(), results.JOBS_PLANNED: len(jobs)},
-        )
+        # The results come from the event log only, with how the run ended; a second Ctrl-C waits for
+        # them (it used to leave a run without jobs.csv and summary.json).
+        with _interrupts_deferred():
+            summary = results.write(
+                run_dir,
+                ev.read_jsonl(run_dir / "events.jsonl"),
+                results.facts_of(scn, backend, outcome.tdf, outcome.envelope),
+                {**outcome.summary_fields(), results.JOBS_PLANNED: len(jobs)},
+            )
         if outcome.cause is not None and not isinstance(outcome.cause, Exception):
             raise outcome.cause  # Ctrl-C: on up, the results written
         if outcome.error is not None:
@@ -318,6 +322,27 @@ def _backend(name: str, prometheus: bool, scn: Scenario) -> Backend:
     from testbed.emulator.backend import RayBackend  # Ray and the mechanism: only for real runs
 
     return RayBackend(prometheus=prometheus)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred():
+    """Ctrl-C and SIGTERM held back for the block (main thread only: signals are delivered there), and
+    raised as one KeyboardInterrupt after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    old = {sig: signal.signal(sig, lambda signum, _frame: got.append(signum)) for sig in _DEFERRED}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    if got:
+        raise KeyboardInterrupt
+
+
+_DEFERRED = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextlib.contextmanager

@@ -179,6 +179,28 @@ def test_an_interrupted_run_counts_the_jobs_it_never_reached(tmp_path):
     assert summary["jobs"] + summary["jobs_never_submitted"] == planned
 
 
+def test_a_second_ctrl_c_still_leaves_the_results(tmp_path):
+    # The second Ctrl-C lands while the first one's results are written: it waits for them. Before, it
+    # left a run with no jobs.csv and no summary.json, though the CLI said "partial results in".
+    scenario = ROOT / "scenarios" / "trace-nasa.yaml"
+    out = tmp_path / "nasa"
+    p = subprocess.Popen(
+        [sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "sim", "-q",
+         "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and sum(1 for _ in _lines(out / "events.jsonl")) < 20000:
+        time.sleep(0.2)
+    p.send_signal(2)
+    time.sleep(0.05)
+    p.send_signal(2)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ended"].startswith("interrupted") and (out / "jobs.csv").exists()
+
+
 def _lines(path: Path):
     try:
         with open(path, "rb") as fh:
