@@ -119,11 +119,6 @@ def claim(path: Path, force: bool = False, label: str | None = None) -> Claim:
     return _take_over(path, label)
 
 
-def release_all() -> None:
-    for c in list(_HELD.values()):
-        c.release()
-
-
 def is_live(path: Path) -> bool:
     """True when a run holds ``path`` now (its marker's lock is taken)."""
     try:
