@@ -22,6 +22,7 @@ from .conftest import SMALL, start_cli, wait_clean
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+NASA = ROOT / "scenarios" / "trace-nasa.yaml"
 
 
 def cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -155,25 +156,32 @@ def test_results_fails_on_a_damaged_event_line_and_passes_a_torn_last_one(tmp_pa
     assert len(p.stderr.strip().splitlines()) == 1
 
 
-def test_an_interrupted_run_counts_the_jobs_it_never_reached(tmp_path):
-    scenario = ROOT / "scenarios" / "trace-nasa.yaml"
+def _interrupted_nasa(tmp_path: Path, after_events: int, ctrl_c: int) -> tuple[Path, dict]:
+    """The NASA replay in the simulator, sent ``ctrl_c`` Ctrl-Cs 50 ms apart once its log holds
+    ``after_events`` events; the run folder and its summary (the CLI exited 130)."""
     out = tmp_path / "nasa"
     p = subprocess.Popen(
-        [sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "sim", "-q",
-         "--out", str(out)],
+        [sys.executable, "-m", "testbed.cli", "run", str(NASA), "--backend", "sim", "-q", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and sum(1 for _ in _lines(out / "events.jsonl")) < 2000:
+    while time.monotonic() < deadline and sum(1 for _ in _lines(out / "events.jsonl")) < after_events:
         time.sleep(0.2)
-    p.send_signal(2)
+    for k in range(ctrl_c):
+        if k:
+            time.sleep(0.05)
+        p.send_signal(2)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
-    summary = json.loads((out / "summary.json").read_text())
+    return out, json.loads((out / "summary.json").read_text())
+
+
+def test_an_interrupted_run_counts_the_jobs_it_never_reached(tmp_path):
     from testbed.scenario import load
     from testbed.scenario.workload import build
 
-    planned = len(build(load(scenario)))
+    _, summary = _interrupted_nasa(tmp_path, after_events=2000, ctrl_c=1)
+    planned = len(build(load(NASA)))
     assert summary["ended"].startswith("interrupted")
     assert summary["jobs_never_submitted"] > 0
     assert summary["jobs"] + summary["jobs_never_submitted"] == planned
@@ -182,22 +190,7 @@ def test_an_interrupted_run_counts_the_jobs_it_never_reached(tmp_path):
 def test_a_second_ctrl_c_still_leaves_the_results(tmp_path):
     # The second Ctrl-C lands while the first one's results are written: it waits for them. Before, it
     # left a run with no jobs.csv and no summary.json, though the CLI said "partial results in".
-    scenario = ROOT / "scenarios" / "trace-nasa.yaml"
-    out = tmp_path / "nasa"
-    p = subprocess.Popen(
-        [sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "sim", "-q",
-         "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and sum(1 for _ in _lines(out / "events.jsonl")) < 20000:
-        time.sleep(0.2)
-    p.send_signal(2)
-    time.sleep(0.05)
-    p.send_signal(2)
-    _, err = p.communicate(timeout=60)
-    assert p.returncode == 130, err
-    summary = json.loads((out / "summary.json").read_text())
+    out, summary = _interrupted_nasa(tmp_path, after_events=20000, ctrl_c=2)
     assert summary["ended"].startswith("interrupted") and (out / "jobs.csv").exists()
 
 
