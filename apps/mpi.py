@@ -203,9 +203,10 @@ def _rank(cfg: MpiConfig, ctx) -> None:
         # The job waits by blocking (its scheme's wait mode) and its waits are tbcomm's (mirrored): what is
         # left inside MPI's own calls yields the CPU instead of busy-polling it (MPICH's ch4 polls
         # without pause by default: docs/measurements.md, "MPI"), as the scheme means the CPU to go to
-        # others. Not where MPI runs direct: it costs a one-way message ~70 us here under load.
+        # others. Not where MPI runs direct: it costs a one-way message ~70 us here under load. Not
+        # MPICH's "heavy" yield either (a sleep, not sched_yield): it added 70-100 us to every mirrored
+        # message on an emulated link, whose data the mirror has already waited for.
         os.environ.setdefault("MPIR_CVAR_CH4_PROGRESS_THROTTLE", "1")
-        os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
     mpi_wrap.install(
         comm,
         head,

@@ -14,7 +14,7 @@ yet and matches source and tag itself, and acknowledges what it consumed in the 
 of its next frame to its own NIC (testbed/emulator/nic.py explains both modes). The wait modes are the same.
 
 A send returns once its frame is handed over, unless the job's ``send_wait`` (CC's sender, paper 003
-table 1) asks it to wait for the delivery acknowledgement: the DATA frame then says so (mode byte 1),
+table 1) asks it to wait for the delivery acknowledgement: the DATA frame then says so (mode bit WANT_ACK),
 the NIC that gets the message acknowledges it once the message is in its buffer (after the emulated
 link), through the sender's own NIC, which hands the DELIVERED frame to the sender (and so can wake and
 boost a blocked sender, as it does a blocked receiver). The sender waits for it on its own-NIC socket
@@ -60,7 +60,10 @@ from testbed.apps.wire import (
     SEND_WAITS,
     SPIN,
     SPIN_BLOCK,
+    STAMP,
+    STAMPED,
     WAIT_MODES,
+    WANT_ACK,
     local_socket_name,
     matches,
     split_address,
@@ -110,6 +113,18 @@ def _connect(addr: str, timeout: float) -> socket.socket:
     return sock
 
 
+def _held(buf, start: int, end: int) -> bytes:
+    """The payload of a STAMPED message the NIC handed over, returned when it is due (apps/wire.py,
+    STAMP): the NIC hands it over up to its lead early, and the receiver spins the rest, because a
+    wake-up from sleep takes longer than that lead."""
+    (due,) = STAMP.unpack_from(buf, start)
+    body = bytes(buf[start + STAMP.size : end])
+    now = time.monotonic
+    while now() < due:
+        pass
+    return body
+
+
 class Comm:
     """One rank's endpoint. Build it with :meth:`from_env`, which returns only once the NIC says GO."""
 
@@ -128,9 +143,11 @@ class Comm:
         connect_timeout_s: float = 10.0,
         node: int | None = None,
         key: str | None = None,
+        stamped: bool = False,
     ) -> None:
         """``key``: the run's key, which every NIC of the run asks of a connection (None: a NIC without
-        one, in tests)."""
+        one, in tests). ``stamped``: the links between nodes are emulated, so each message to another
+        node carries its send time (apps/wire.py, STAMP)."""
         if not 0 <= rank < len(nics):
             raise CommError(f"rank {rank} out of range for {len(nics)} NIC addresses")
         if mode not in WAIT_MODES:
@@ -147,6 +164,7 @@ class Comm:
         self.spin_us = spin_us
         #: how a send waits for the receiving NIC's acknowledgement ("none": it does not ask for one)
         self.send_wait = send_wait
+        self.stamped = stamped
         self._sent_acked = 0  # sends that asked for an acknowledgement (numbers SEND_BLOCKED frames)
         #: real seconds a recv may wait before giving up; None waits for ever. Off by default because a
         #: descheduled (stopped) peer is normal; dead peers are reported by the NIC instead.
@@ -198,6 +216,7 @@ class Comm:
                 recv_timeout_s=job.recv_timeout_s,
                 node=node.node,
                 key=node.key,
+                stamped=node.link_latency_s > 0 or node.link_bandwidth_Bps is not None,
             )
         except KeyError as exc:
             raise CommError(f"environment variable {exc.args[0]} is not set (the agent sets it)") from None
@@ -226,7 +245,12 @@ class Comm:
         sock = self._by_rank[dst]
         acks = self._take_acks() if self._acks and sock is self._local else 0
         wait = self.send_wait != "none"
-        hdr = HEADER.pack(n, DATA, 1 if wait else 0, acks, self.rank, dst, tag)
+        mode = WANT_ACK if wait else 0
+        if self.stamped and sock is not self._local:
+            hdr = HEADER.pack(n + STAMP.size, DATA, mode | STAMPED, acks, self.rank, dst, tag)
+            hdr += STAMP.pack(time.monotonic())
+        else:
+            hdr = HEADER.pack(n, DATA, mode, acks, self.rank, dst, tag)
         try:
             if n <= 65536:
                 sock.sendall(hdr + bytes(data))
@@ -390,6 +414,8 @@ class Comm:
                 if n >= need:
                     if n > need:
                         buf += view[need:n]
+                    if ftype == DATA and mode & STAMPED:
+                        return ftype, a, b, c, _held(view, _HSIZE, need), mode
                     return ftype, a, b, c, bytes(view[_HSIZE:need]), mode
             buf += view[:n]
         while True:
@@ -397,7 +423,10 @@ class Comm:
                 blen, ftype, mode, _, a, b, c = HEADER.unpack_from(buf)
                 need = _HSIZE + blen
                 if len(buf) >= need:
-                    body = bytes(buf[_HSIZE:need])
+                    if ftype == DATA and mode & STAMPED:
+                        body = _held(buf, _HSIZE, need)
+                    else:
+                        body = bytes(buf[_HSIZE:need])
                     del buf[:need]
                     return ftype, a, b, c, body, mode
             if deadline is not None:

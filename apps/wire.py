@@ -25,8 +25,9 @@ HEADER = struct.Struct("!IBBHiii")
 HELLO = 1  # worker -> own NIC: a=rank, b=pid, body=job id; the worker then waits for GO
 PEER = 2  # worker -> any NIC it sends to: a=rank, b=its node + 1 (0: unknown), body=job id + "\n" + own NIC
 GO = 3  # NIC -> worker: start; mode=1: standing receive (the NIC pushes messages, the worker sends no RECV)
-DATA = 4  # worker -> NIC: a=src rank, b=dst rank, c=tag, body=payload; forwarded unchanged to the receiver;
-# mode=1: the sender waits for the acknowledgement of the message's arrival here (DELIVERED)
+DATA = 4  # worker -> NIC: a=src rank, b=dst rank, c=tag, body=payload; forwarded to the receiver; mode bits:
+# WANT_ACK: the sender waits for the acknowledgement of the message's arrival here (DELIVERED);
+# STAMPED: the body starts with a STAMP before the payload (see STAMP)
 RECV = 5  # worker -> own NIC: mode=wait mode code, a=src or ANY, c=tag or ANY; answered by one DATA or ERROR
 BLOCKED = 6  # worker -> own NIC: the pending RECV stopped spinning and now blocks
 COLL_ENTER = 7  # worker -> own NIC: body=op name
@@ -35,11 +36,21 @@ PROGRESS = 9  # worker -> own NIC: body=float64 value (PROGRESS_VALUE) + unit na
 ERROR = 10  # NIC -> worker: body=reason; the pending RECV can never be satisfied
 BYE = 11  # worker -> NIC: clean close follows (an EOF without BYE means the worker died)
 ACK = 12  # worker -> own NIC: nothing but the acknowledgement count in the reserved field
-DELIVERED = 13  # NIC -> worker: its latest DATA with mode=1 is in the receiving NIC's buffer
+DELIVERED = 13  # NIC -> worker: its latest DATA with WANT_ACK is in the receiving NIC's buffer
 SEND_BLOCKED = 14  # worker -> own NIC: its wait for DELIVERED stopped spinning and blocks; a=its number
-# (the worker's count of DATA frames with mode=1), so one that crossed its DELIVERED on the wire is ignored
+# (the worker's count of DATA frames with WANT_ACK), so one that crossed its DELIVERED on the wire is ignored
 NIC_HELLO = 15  # NIC -> NIC: first frame on a NIC-to-NIC connection; body=the connecting NIC's address
-NIC_ACK = 16  # NIC -> NIC: a=sender rank, body=job id: a DATA with mode=1 from that worker arrived
+NIC_ACK = 16  # NIC -> NIC: a=sender rank, body=job id: a DATA with WANT_ACK from that worker arrived
+
+#: DATA mode bits (see DATA).
+WANT_ACK = 1
+STAMPED = 2
+#: A STAMPED DATA frame's time (CLOCK_MONOTONIC seconds), ahead of its payload. From the sender: when it
+#: sent the message, so that a NIC on the same host starts the emulated link's delay there, not when the
+#: relay got the frame (the relay's own tens of microseconds would add to the latency). From the NIC to
+#: the receiver: when the message is due; the NIC hands it over a little early (its wake-up and the
+#: receiver's would add to the latency as well) and the receiver holds it until then.
+STAMP = struct.Struct("!d")
 
 #: The value at the start of a PROGRESS frame's body (the unit's name follows).
 PROGRESS_VALUE = struct.Struct("!d")
@@ -77,6 +88,17 @@ def split_address(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _loopback(host: str) -> bool:
+    return host in ("::1", "localhost") or host.startswith("127.")
+
+
+def same_clock(addr_a: str, addr_b: str) -> bool:
+    """Whether the NICs at two addresses read one CLOCK_MONOTONIC (one host), so that a time stamped at one
+    means the same at the other: both on loopback (the Ray nodes of one machine), or one host name."""
+    a, b = split_address(addr_a)[0], split_address(addr_b)[0]
+    return a == b or (_loopback(a) and _loopback(b))
+
+
 def local_socket_name(addr: str) -> str | None:
     """The abstract Unix socket a NIC at loopback ``addr`` also listens on (None for another address).
 
@@ -84,7 +106,7 @@ def local_socket_name(addr: str) -> str | None:
     namespace), and a Unix socket hop costs about 30 % less than a loopback TCP one here (5.3-6.7 against
     7.5-9.4 us one way, ping-pong): so on one host every tbcomm hop takes the Unix socket."""
     host, port = split_address(addr)
-    if host in ("127.0.0.1", "::1", "localhost") or host.startswith("127."):
+    if _loopback(host):
         # The host too: two loopback addresses (127.0.0.2, 127.0.0.3: two Ray nodes of one machine) may
         # each have a NIC on the same port.
         return f"\0testbed-nic-{host}-{port}"

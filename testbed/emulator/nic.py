@@ -22,7 +22,7 @@ Two delivery modes, fixed per NIC and told to each worker in its GO frame:
   between two frames :meth:`Nic.unconsumed` may still count messages the worker has already taken; it
   is exact again at the worker's next frame to its own NIC, and at its BYE.
 
-Delivery acknowledgements (CC's sender, paper 003 table 1): a DATA frame with mode byte 1 asks for one.
+Delivery acknowledgements (CC's sender, paper 003 table 1): a DATA frame with mode bit WANT_ACK asks for one.
 The NIC that gets it acknowledges the message once it is in its buffer (after the emulated link into
 its node), to the sender's own NIC (NIC_ACK over a NIC-to-NIC connection, opened on first use; on the
 same node, at once). The sender's NIC receives the acknowledgement like a message, through its own
@@ -82,9 +82,13 @@ from testbed.apps.wire import (
     PROGRESS_VALUE,
     RECV,
     SEND_BLOCKED,
+    STAMP,
+    STAMPED,
     WAIT_MODES,
+    WANT_ACK,
     local_socket_name,
     matches,
+    same_clock,
     split_address,
     with_key,
 )
@@ -109,6 +113,12 @@ _RBUF = 65536  # receive buffer per connection; grows for a bigger frame, then s
 #: The largest frame body a NIC takes (a message and its header's fields): beyond it the connection is
 #: closed. The programs here send at most a few MB per message (a divisible chunk, an image).
 MAX_FRAME_BODY = 64 * 2**20
+#: Real seconds before a stamped message is due that the NIC hands it to its receiver, which holds it
+#: until then (apps/wire.py, STAMP). It covers the hand-over: the timer's wake-up here, the write and the
+#: receiver's wake-up, 15-40 us on this kind of host (docs/measurements.md, "MPI over an emulated link").
+#: The price: a receiver spins up to this long per message, and the node's policy hears of the arrival
+#: up to this much early.
+DELIVERY_LEAD_S = 60e-6
 #: Real seconds between a worker's connection dropping without BYE and its job's receivers here failing.
 DEAD_PEER_GRACE_S = 0.1
 
@@ -187,7 +197,7 @@ class _Conn:
 
     __slots__ = (
         "nic", "sock", "fd", "rx", "buf", "view", "start", "end", "out", "job", "rank", "local",
-        "src_link", "ack_to", "peer_node", "nic_peer", "out_to", "bye", "closed", "connecting",
+        "src_link", "ack_to", "peer_node", "nic_peer", "out_to", "bye", "closed", "connecting", "same_clock",
     )  # fmt: skip
 
     def __init__(self, nic: Nic, sock: socket.socket) -> None:
@@ -205,6 +215,7 @@ class _Conn:
         self.local = False  # the worker's own-node connection (HELLO), which carries RECVs
         self.src_link: str | None = None  # source node NIC address for link emulation; None = this node
         self.ack_to: str | None = None  # PEER: the worker's own NIC, where acknowledgements go
+        self.same_clock = False  # PEER: the worker's NIC is on this host, so its send stamps mean time here
         self.peer_node: int | None = None  # PEER: the worker's node, when it says (failure reasons)
         self.nic_peer: str | None = None  # a connection from another NIC (NIC_HELLO): its address
         self.out_to: str | None = None  # a connection to another NIC, opened by this one: its address
@@ -729,18 +740,30 @@ class Nic:
 
     def _on_data(self, conn: _Conn, mode: int, src: int, dst: int, tag: int, off: int, end: int) -> None:
         """A message for rank ``dst`` of the connection's job: into its receiver's queue, through the
-        emulated link when it came from another node; acknowledged once there if it asks (mode 1)."""
+        emulated link when it came from another node; acknowledged once there if it asks (WANT_ACK)."""
         if conn.job is None:
             raise _ProtocolError("DATA before HELLO/PEER")
         nbytes = end - off - HEADER.size
+        sent_at = None
+        if mode & STAMPED:
+            if nbytes < STAMP.size:
+                raise _ProtocolError(f"a stamped DATA frame of {nbytes} bytes, too short for its stamp")
+            nbytes -= STAMP.size
+            if conn.same_clock:
+                (sent_at,) = STAMP.unpack_from(conn.view, off + HEADER.size)
         self._messages_in += 1
         self._bytes_in += nbytes
         rx = self._rx.get((conn.job, dst)) or self._receiver(conn.job, dst)
-        msg = (src, tag, bytes(conn.view[off:end]))  # one copy (a bytearray slice would make two)
-        ack = (conn.job, src, conn.ack_to) if mode == 1 else None
+        ack = (conn.job, src, conn.ack_to) if mode & WANT_ACK else None
         if conn.src_link is not None and self._emulate_link:
-            self._delay(conn.src_link, rx, msg, nbytes, ack)
+            # A stamped frame is rewritten to say when it is due: a bytearray, one copy as bytes() is.
+            frame = bytearray(conn.view[off:end]) if mode & STAMPED else bytes(conn.view[off:end])
+            self._delay(conn.src_link, rx, (src, tag, frame), nbytes, ack, sent_at)
         else:
+            msg = (src, tag, bytes(conn.view[off:end]))  # one copy (a bytearray slice would make two)
+            if mode & STAMPED:  # not delayed here: nothing to hold it for (a stamp of 0 is long past)
+                msg = (src, tag, bytearray(msg[2]))
+                STAMP.pack_into(msg[2], HEADER.size, 0.0)
             self._arrive(rx, msg)
             if ack is not None:
                 self._ack(*ack)
@@ -819,6 +842,7 @@ class Nic:
         conn.rank = rank
         conn.src_link = None if src_nic == self.address else src_nic
         conn.ack_to = src_nic
+        conn.same_clock = same_clock(src_nic, self.address)
         conn.peer_node = node_id - 1 if node_id > 0 else None
 
     def _send_go(self, rx: _Rx) -> None:
@@ -843,15 +867,27 @@ class Nic:
             raise _ProtocolError("only the worker's own-node connection may send this frame")
         return self._rx[(conn.job, conn.rank)]
 
-    def _delay(self, src_link: str, rx: _Rx, msg: tuple | None, nbytes: int, ack: tuple | None) -> None:
+    def _delay(
+        self, src_link: str, rx: _Rx, msg: tuple | None, nbytes: int, ack: tuple | None, sent_at=None
+    ) -> None:
+        """Queues a message (``msg``; None: an acknowledgement) on the emulated link from ``src_link``.
+        Its transmission starts when it was sent (``sent_at``, stamped by a sender on this host) or, if
+        unknown, now; it is due ``latency`` after it is through. A stamped message is handed over
+        DELIVERY_LEAD_S early, its due time in its stamp, and its receiver holds it until then."""
         link = self._links.get(src_link)
         if link is None:
             link = self._links[src_link] = _Link()
         now = time.monotonic()  # CLOCK_MONOTONIC, like Clock
         tdf = self.clock.tdf
         tx = nbytes / self.bandwidth_Bps * tdf if self.bandwidth_Bps else 0.0
-        link.free_at = max(now, link.free_at) + tx
-        link.queue.append((link.free_at + self.latency_s * tdf, rx, msg, ack))
+        start = now if sent_at is None else min(now, sent_at)
+        link.free_at = max(start, link.free_at) + tx
+        due = link.free_at + self.latency_s * tdf
+        at = due
+        if msg is not None and isinstance(msg[2], bytearray):
+            STAMP.pack_into(msg[2], HEADER.size, due)
+            at = due - DELIVERY_LEAD_S
+        link.queue.append((at, rx, msg, ack))
         if not link.armed:
             link.armed = True
             self._at(link.queue[0][0], self._drain, link)
