@@ -21,15 +21,20 @@ block (each grid row holds a whole copy). One matrix-vector product q = A p is t
   distance npcols/2, npcols/4, ..., 1 (recursive doubling of the whole row segment on a square grid; on
   a non-square one the nearest exchange first halves it, a reduce-scatter step);
 - a ``Sendrecv`` of the summed segment with the transposed rank, which turns row-block sums into the
-  column-block segment of q (a rank that is its own transpose copies it).
+  column-block segment of q (a rank that is its own transpose copies it, where NPB sends itself a
+  message).
 
 Each dot product is summed by the same ``log2 npcols`` pairwise exchanges of one double (two for the
 power step's x.z and z.z): NPB's hand-made allreduce within a grid row. So per CG iteration a rank sends
-``2 log2 npcols + 1`` messages: one of a vector segment of ``na / nprows`` doubles per reduction step,
-one of ``na / npcols`` to its transpose, and two 8-byte ones per step for the two dot products; nothing
-else but one barrier before the timed section and one reduce (the time's maximum) after it. NPB posts
+``3 log2 npcols + 1`` messages: a vector segment per row-sum step (``na / nprows`` doubles on a square
+grid, ``na / npcols`` on a non-square one), ``na / npcols`` doubles to its transpose (none on the
+diagonal), and one 8-byte message per step for each of the two dot products. There are no collectives
+but one barrier before the timed section and one reduce (the time's maximum) after it. NPB posts
 ``irecv`` then ``send`` then ``wait`` for each exchange; here each is one ``Sendrecv`` (the testbed
 mirrors no ``Irecv``), which moves the same messages between the same ranks.
+
+The local product is scipy.sparse's CSR one where scipy is installed (the testbed does not require it);
+else numpy's ``bincount`` over the block's elements, the same sums, about ten times slower.
 
 Timed as NPB: one untimed power step, x reset to ones, a barrier, then ``niter`` steps; the time is the
 slowest rank's. Verification: zeta = shift + 1/(x.z) after the last step within a relative 1e-10 of
