@@ -82,6 +82,7 @@ def problem_class(argv: list[str], kernel: str, known: dict) -> str:
 def verify(kernel: str, cls: str, name: str, value: float, reference: float, epsilon: float) -> float:
     """``value``'s relative error against NPB's ``reference``; raises :class:`NotVerified` above
     ``epsilon`` (NPB's own tolerance for that kernel)."""
+    value = float(value)  # a numpy scalar's repr would name its type in the message
     err = abs(value - reference) / abs(reference) if reference else abs(value)
     if not err <= epsilon:  # also NaN
         raise NotVerified(
