@@ -111,13 +111,26 @@ def _core(g: np.ndarray) -> np.ndarray:
     return g[1:-1, 1:-1, 1:-1]
 
 
+_scratch: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}
+
+
+def _buf(name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A scratch array kept between calls: a fresh large temporary costs its page faults every time, which
+    is about as much as the arithmetic on it."""
+    b = _scratch.get((name, shape))
+    if b is None:
+        b = _scratch[(name, shape)] = np.empty(shape)
+    return b
+
+
 def _yz_sums(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For every interior (z, y) and every x, ghosts included: the sum of the four neighbours across a face
     in y and z, and of the four across an edge in y and z. The x neighbours are then slices of these."""
-    faces = g[1:-1, :-2, :] + g[1:-1, 2:, :]
+    shape = (g.shape[0] - 2, g.shape[1] - 2, g.shape[2])
+    faces = np.add(g[1:-1, :-2, :], g[1:-1, 2:, :], out=_buf("faces", shape))
     faces += g[:-2, 1:-1, :]
     faces += g[2:, 1:-1, :]
-    edges = g[:-2, :-2, :] + g[:-2, 2:, :]
+    edges = np.add(g[:-2, :-2, :], g[:-2, 2:, :], out=_buf("edges", shape))
     edges += g[2:, :-2, :]
     edges += g[2:, 2:, :]
     return faces, edges
@@ -126,35 +139,40 @@ def _yz_sums(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def resid(grid: Grid, k: int, u: np.ndarray, v: np.ndarray, r: np.ndarray, a) -> None:
     """r = v - A u (v may be r itself). A's face coefficient a[1] is zero in every class: left out."""
     faces, edges = _yz_sums(u)
+    shape = faces[:, :, 1:-1].shape
     # the 12 edge neighbours: four in the yz plane, eight one step along x
-    e = faces[:, :, :-2] + faces[:, :, 2:]
+    e = np.add(faces[:, :, :-2], faces[:, :, 2:], out=_buf("e", shape))
     e += edges[:, :, 1:-1]
-    # the 8 corners
-    c = edges[:, :, :-2] + edges[:, :, 2:]
     e *= a[2]
-    c *= a[3]
-    e += c
+    # the 8 corners
+    t = np.add(edges[:, :, :-2], edges[:, :, 2:], out=_buf("t", shape))
+    t *= a[3]
+    e += t
+    np.multiply(_core(u), a[0], out=t)
+    e += t
     out = _core(r)
-    if v is not r:
-        out[...] = _core(v)
-    out -= a[0] * _core(u)
-    out -= e
+    if v is r:
+        out -= e
+    else:
+        np.subtract(_core(v), e, out=out)
     grid.exchange(r, k)
 
 
 def psinv(grid: Grid, k: int, r: np.ndarray, u: np.ndarray, c) -> None:
     """u += C r, NPB's smoother. c[3] (corners) is zero in every class: left out."""
     faces, edges = _yz_sums(r)
+    shape = faces[:, :, 1:-1].shape
     # r's face neighbours: two along x, four in the yz plane
-    f = r[1:-1, 1:-1, :-2] + r[1:-1, 1:-1, 2:]
+    f = np.add(r[1:-1, 1:-1, :-2], r[1:-1, 1:-1, 2:], out=_buf("e", shape))
     f += faces[:, :, 1:-1]
-    # its edge neighbours: four in the yz plane, eight one step along x
-    e = faces[:, :, :-2] + faces[:, :, 2:]
-    e += edges[:, :, 1:-1]
     f *= c[1]
-    e *= c[2]
-    f += e
-    f += c[0] * _core(r)
+    # its edge neighbours: four in the yz plane, eight one step along x
+    t = np.add(faces[:, :, :-2], faces[:, :, 2:], out=_buf("t", shape))
+    t += edges[:, :, 1:-1]
+    t *= c[2]
+    f += t
+    np.multiply(_core(r), c[0], out=t)
+    f += t
     _core(u)[...] += f
     grid.exchange(u, k)
 
@@ -209,14 +227,16 @@ def interp(z: np.ndarray) -> np.ndarray:
 
 
 class Solver:
-    def __init__(self, grid: Grid, cls: str):
+    """u and r on every level, v on the finest, and the V-cycle over them."""
+
+    def __init__(self, grid: Grid, cls: str, v: np.ndarray):
         self.g = grid
         self.a = A_COEF
         self.c = C_COEF[cls]
         lt = grid.lt
         self.u = {k: grid.array(k) for k in range(1, lt + 1)}
         self.r = {k: grid.array(k) for k in range(1, lt + 1)}
-        self.v = grid.array(lt)
+        self.v = v
 
     def restrict(self, k: int) -> None:
         """r[k-1] from r[k]: slab by slab, gathered whole where level k-1 is not split."""
@@ -313,8 +333,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit(refusal if comm.Get_rank() == 0 else 1)
 
     grid = Grid(comm, n)
-    solver = Solver(grid, cls)
-    solver.v = zran3(grid)
+    solver = Solver(grid, cls, zran3(grid))
 
     # One untimed iteration, as NPB does (first touch of every array, the ranks' first messages); v is
     # left as it was, so only u starts again from zero.
