@@ -192,6 +192,9 @@ class Shape:
     duration_s: float | None = None
     own_length_scale: float | None = None
     work: tuple[float, int] | None = None
+    #: The job's process count, where the workload knows it before the plan (a kind whose length
+    #: depends on it: a NAS kernel's fixed problem is shared among its ranks).
+    size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -274,6 +277,11 @@ class ProgramKind:
     def with_own_length(cls, cfg: AppConfig, scale: float) -> AppConfig:
         """The config as given, resolved, at the program's own length (a profile's) times ``scale``."""
         raise NotImplementedError(f"program kind {cls.name!r} has no length of its own to scale")
+
+    @classmethod
+    def size_problem(cls, cfg: AppConfig, size: int) -> str | None:
+        """What is wrong with running the config on ``size`` processes (and the fix), or None."""
+        return None
 
     @classmethod
     def size_choices(cls, cfg: AppConfig, lo: int, hi: int) -> list[int]:

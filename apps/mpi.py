@@ -116,12 +116,10 @@ class Mpi(ProgramKind):
         computes, sends and receives (a receive matches the source and tag it matched when recorded:
         both are in the simulator's tag), and each collective as a barrier through rank 0 between its
         enter and leave notices, as the mirrored run does (apps/mpi_wrap.py)."""
-        from testbed.apps.mpi_trace import load_or_record
-
         n = ctx.size - 1
         if ctx.rank == n:
             return  # the head: the process manager does nothing the simulator models
-        ranks = load_or_record(cfg.program, cfg.args, n)
+        ranks = cls.trace(cfg, n)
         done = 0
         for op in ranks[ctx.rank]:
             what = op[0]
@@ -143,6 +141,13 @@ class Mpi(ProgramKind):
                 yield Collective(op[1], False)
                 done += 1
                 yield Progress(COLLECTIVES_UNIT, done)
+
+    @classmethod
+    def trace(cls, cfg: MpiConfig, size: int) -> list[list]:
+        """Each rank's operations, as apps/mpi_trace.py records them, for ``size`` ranks."""
+        from testbed.apps.mpi_trace import load_or_record
+
+        return load_or_record(cfg.program, cfg.args, size)
 
 
 #: A simulated message's tag says its source too: the simulator's receives match by tag alone.

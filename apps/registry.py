@@ -15,6 +15,7 @@ _BUILTIN = {
     "divisible": "testbed.apps.divisible:Divisible",
     "vision": "testbed.apps.vision:Vision",
     "mpi": "testbed.apps.mpi:Mpi",
+    "nas": "testbed.apps.nas.kind:Nas",
 }
 
 #: The kind of an ``app:`` section that does not name one.

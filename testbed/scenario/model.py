@@ -580,6 +580,9 @@ class Scenario(_Model):
             kind = kinds.get(app.kind)
             for field, what in kind.problems(app, nodes, rate):
                 raise ValueError(f"{where}.app.{field}: {what}")
+            wrong = None if size is None else kind.size_problem(app, size)
+            if wrong is not None:
+                raise ValueError(f"{where}.size: {size}: {wrong}")
             fixed = kind.fixed_size(app)
             if fixed is not None and size is not None and size != fixed:
                 raise ValueError(

@@ -61,7 +61,7 @@ def _plan(cfg: AppConfig, submit: float, scn: Scenario, shape: Shape = Shape()) 
 def _explicit(scn: Scenario, waits: _Waits) -> list[Job]:
     out = []
     for i, entry in enumerate(scn.workload.jobs):
-        plan = _plan(entry.app, entry.submit_s, scn)
+        plan = _plan(entry.app, entry.submit_s, scn, Shape(size=entry.size))
         spec = JobSpec(
             job_id=entry.id or f"j{i}",
             size=entry.size,
@@ -102,7 +102,7 @@ def _generated(scn: Scenario, waits: _Waits) -> list[Job]:
             else int(rng.integers(gen.size.min, gen.size.max + 1))
         )
         submit = round(float(t), 6)
-        plan = _plan(cls.app, submit, scn, shape)
+        plan = _plan(cls.app, submit, scn, dataclasses.replace(shape, size=size))
         # A program that fixes its own process count (a pipeline's stages) keeps it; the draw above is
         # made all the same, so the other classes' draws do not depend on which class came up.
         size = plan.size or size
