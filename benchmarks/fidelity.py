@@ -17,6 +17,10 @@
 * rank_start_ms: emulated ms from a job's start (the coordinator's decision) to each rank's HELLO at its
   NIC (start-up done), over the BSP ranks of the chosen period: p99 and max (target 5 ms).
 
+* nas_<kernel>_ratio: each NAS kernel (apps/nas/, class ``--nas-class``, ``--nas-ranks`` ranks) alone
+  on as many nodes, ``--reps`` jobs back to back (batch), real execution time / simulated (the simulator
+  replays the kernel's measured model, apps/nas/kind.py); median of the jobs. Target 0.9-1.1.
+
 The last line printed is one JSON object; a figure that could not be measured is an ``"error: ..."``
 string there. Note what else runs on the host: the run prints /proc/stat's idle share over the benchmark.
 """
@@ -41,6 +45,7 @@ TARGETS = {
     "cpu_per_unit_error": "<= 0.03",
     "period_ms": "-",
     "rank_start_ms_p99": "<= 5",
+    **{f"nas_{k}_ratio": "0.9-1.1" for k in ("ep", "is", "cg", "mg", "ft")},
 }
 
 
@@ -182,12 +187,52 @@ def measure_quickstart(base: Path, reps: int, out: dict) -> None:
         say(f"  {out['quickstart_response_ratio']}")
 
 
+def nas_doc(kernel: str, npb_class: str, ranks: int, reps: int) -> dict:
+    app = {"kind": "nas", "kernel": kernel, "class": npb_class}
+    return {
+        "name": f"fidelity-nas-{kernel}",
+        "cluster": {"nodes": ranks},
+        "scheduler": {"name": "batch", "params": {}},
+        "workload": {
+            "jobs": [{"id": f"{kernel}{i}", "submit_s": 0.0, "size": ranks, "app": app} for i in range(reps)]
+        },
+        "wall_limit_s": core.WALL_LIMIT_S,
+    }
+
+
+def measure_nas(base: Path, npb_class: str, ranks: int, reps: int, out: dict) -> None:
+    from testbed.apps.nas.kind import KERNELS
+
+    from testbed.core import events as ev
+
+    for kernel in KERNELS:
+        key = f"nas_{kernel}_ratio"
+        say(f"\n== NAS {kernel.upper()}.{npb_class} on {ranks} ranks alone, {reps} jobs: real / simulated ==")
+        doc = nas_doc(kernel, npb_class, ranks, reps)
+        try:
+            sim(doc, base / f"nas-{kernel}-sim")
+            sim_t = exec_times(list(ev.read_jsonl(base / f"nas-{kernel}-sim" / "events.jsonl")))
+            r = core.run(base, f"nas-{kernel}", doc)
+            real_t = exec_times(r.need())
+            ratios = [real_t[j] / sim_t[j] for j in sorted(sim_t) if j in real_t]
+            if len(ratios) != reps:
+                raise RuntimeError(f"{len(ratios)} of {reps} jobs completed ({r.error or 'see the run'})")
+            out[key] = round(statistics.median(ratios), 3)
+            out[f"nas_{kernel}_sim_s"] = round(statistics.median(sim_t.values()), 3)
+            out[f"nas_{kernel}_real_s"] = [round(real_t[j], 3) for j in sorted(real_t)]
+            say(f"  real {out[f'nas_{kernel}_real_s']} s, sim {out[f'nas_{kernel}_sim_s']} s: ratio median "
+                f"{out[key]} (each {', '.join(f'{x:.3f}' for x in ratios)})")  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - reported in the figure, the other kernels still run
+            out[key] = err_str(exc)
+            say(f"  {out[key]}")
+
+
 def verdict(key: str, v) -> str:
     if not isinstance(v, int | float):
         return "NOT MEASURED"
     if key == "bsp_makespan_ratio":
         return "met" if v <= 1.05 else "MISSED"
-    if key == "quickstart_response_ratio":
+    if key == "quickstart_response_ratio" or key.startswith("nas_"):
         return "met" if 0.9 <= v <= 1.1 else "MISSED"
     if key == "cpu_per_unit_error":
         return "met" if v <= 0.03 else "MISSED"
@@ -200,10 +245,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--periods", default="100,20,10", help="CFS periods to compare, real ms")
     ap.add_argument("--reps", type=int, default=3, help="BSP jobs per period and quickstart runs")
-    ap.add_argument("--only", default="", help="bsp and/or quickstart (comma-separated)")
+    ap.add_argument("--only", default="", help="any of bsp, quickstart, nas (comma-separated)")
+    ap.add_argument("--nas-class", default="W", help="the NAS kernels' class")
+    ap.add_argument("--nas-ranks", type=int, default=4, help="the NAS kernels' rank count")
     ap.add_argument("--keep", type=Path, help="keep the run folders here instead of a temporary folder")
     a = ap.parse_args()
-    parts = [p for p in a.only.split(",") if p] or ["bsp", "quickstart"]
+    parts = [p for p in a.only.split(",") if p] or ["bsp", "quickstart", "nas"]
     from testbed.scenario.model import ClusterConfig
 
     default_period = ClusterConfig().cfs_period_ms
@@ -224,6 +271,8 @@ def main() -> None:
             measure_bsp(base, [float(x) for x in a.periods.split(",")], a.reps, out)
         if "quickstart" in parts:
             measure_quickstart(base, a.reps, out)
+        if "nas" in parts:
+            measure_nas(base, a.nas_class, a.nas_ranks, a.reps, out)
     finally:
         if tmp is not None:
             tmp.cleanup()

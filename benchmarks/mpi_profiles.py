@@ -1,0 +1,147 @@
+"""Measured models of the NAS kernels, for the simulator's ``nas`` kind (apps/nas/kind.py).
+
+``python benchmarks/mpi_profiles.py [--kernels ep,is,cg,mg,ft] [--classes S,W,A] [--ranks 1,2,4,8,16]``
+
+Each kernel, class and rank count runs once on real processes under apps/mpi_trace.py's recorder: per rank,
+the CPU of its main thread between MPI calls (its own clock, so the host's other load does not inflate it)
+and the calls (sends with their bytes, receives with what they matched, collectives). Each trace is
+written to ``apps/nas/models/<kernel>-<class>-<ranks>.json.gz`` with the SHA-256 of the kernel file it
+was recorded from (a model of another version of a kernel is not used), and a summary row to
+``apps/nas/models/profiles.csv``: CPU per rank (max and mean), messages, bytes and collectives per rank.
+
+Baseline, printed beside each row: the guessed NAS-like profile of the same name (apps/profiles.py, paper
+003 table 2's ranking), as messages sent per rank per CPU-second, which is what that profile was built
+to match; the measured kernel's figure replaces it. The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+
+from testbed.apps.mpi_trace import record
+from testbed.apps.nas.kind import KERNELS, MODELS, NasConfig, kernel_sha256, model_path
+from testbed.apps.profiles import PROFILES
+from testbed.apps.synthetic import SyntheticConfig, messages_per_iteration
+from testbed.apps.work import WORK_UNIT_S
+
+TABLE = MODELS / "profiles.csv"
+COLUMNS = (
+    "kernel", "class", "ranks", "cpu_s_max", "cpu_s_mean", "msgs_per_rank", "bytes_per_rank",
+    "collectives_per_rank", "msgs_per_cpu_s", "recorded_s",
+)  # fmt: skip
+
+
+def summarise(ranks: list[list]) -> dict:
+    cpu = [sum(op[1] for op in ops if op[0] == "c") for ops in ranks]
+    msgs = [sum(1 for op in ops if op[0] == "s") for ops in ranks]
+    nbytes = [sum(op[2] for op in ops if op[0] == "s") for ops in ranks]
+    colls = [sum(1 for op in ops if op[0] == "k") for ops in ranks]
+    mean_cpu = statistics.fmean(cpu)
+    return {
+        "cpu_s_max": round(max(cpu), 6),
+        "cpu_s_mean": round(mean_cpu, 6),
+        "msgs_per_rank": round(statistics.fmean(msgs), 2),
+        "bytes_per_rank": round(statistics.fmean(nbytes)),
+        "collectives_per_rank": round(statistics.fmean(colls), 2),
+        "msgs_per_cpu_s": round(statistics.fmean(msgs) / mean_cpu, 2) if mean_cpu > 0 else 0.0,
+    }
+
+
+def guessed_msgs_per_cpu_s(kernel: str, size: int) -> float | None:
+    """The guessed NAS-like profile's messages per rank per CPU-second on ``size`` ranks
+    (apps/profiles.py), if there is one of that name."""
+    p = PROFILES.get(kernel.upper())
+    if p is None:
+        return None
+    cfg = SyntheticConfig(**p.app_fields())
+    return messages_per_iteration(cfg, size) / (p.gcomp * WORK_UNIT_S)
+
+
+def record_one(kernel: str, npb_class: str, size: int) -> dict:
+    cfg = NasConfig(kernel=kernel, npb_class=npb_class)
+    t0 = time.monotonic()
+    ranks = record(cfg.program, cfg.args, size)
+    took = time.monotonic() - t0
+    # Microsecond resolution is below what a thread's CPU clock resolves per call anyway, and it keeps
+    # the committed models small.
+    for ops in ranks:
+        for op in ops:
+            if op[0] == "c":
+                op[1] = round(op[1], 6)
+    doc = {
+        "kernel": kernel,
+        "class": npb_class,
+        "size": size,
+        "program_sha256": kernel_sha256(kernel),
+        "recorded_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "host": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "ranks": ranks,
+    }
+    path = model_path(kernel, npb_class, size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # mtime 0: the same trace gives the same bytes.
+    path.write_bytes(gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), mtime=0))
+    return {
+        "kernel": kernel,
+        "class": npb_class,
+        "ranks": size,
+        **summarise(ranks),
+        "recorded_s": round(took, 2),
+    }
+
+
+def _merge(rows: list[dict]) -> list[dict]:
+    """The table with these rows replacing those of the same kernel, class and ranks."""
+    old = []
+    if TABLE.is_file():
+        with open(TABLE) as fh:
+            old = list(csv.DictReader(fh))
+    key = lambda r: (r["kernel"], r["class"], int(r["ranks"]))  # noqa: E731
+    merged = {key(r): r for r in old}
+    merged.update({key(r): r for r in rows})
+    return [merged[k] for k in sorted(merged)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kernels", default=",".join(KERNELS))
+    ap.add_argument("--classes", default="S,W,A")
+    ap.add_argument("--ranks", default="1,2,4,8,16")
+    args = ap.parse_args()
+    rows = []
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    for kernel in args.kernels.split(","):
+        for npb_class in args.classes.split(","):
+            for size in (int(r) for r in args.ranks.split(",")):
+                row = record_one(kernel, npb_class, size)
+                rows.append(row)
+                guess = guessed_msgs_per_cpu_s(kernel, size)
+                vs = f"guessed profile {guess:.0f}" if guess is not None else "no guessed profile"
+                print(
+                    f"{kernel.upper()}.{npb_class} x{size}: CPU/rank max {row['cpu_s_max']:.3f} s, "
+                    f"{row['msgs_per_rank']:.0f} msgs/rank ({row['bytes_per_rank']} B), "
+                    f"{row['collectives_per_rank']:.0f} collectives/rank, "
+                    f"{row['msgs_per_cpu_s']:.0f} msgs per CPU-s ({vs}); recorded in {row['recorded_s']} s",
+                    flush=True,
+                )
+    table = _merge(rows)
+    with open(TABLE, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS)
+        w.writeheader()
+        w.writerows(table)
+    print(f"load average at end: {os.getloadavg()}", flush=True)
+    print(json.dumps({"models": len(rows), "table": str(TABLE)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
