@@ -407,6 +407,18 @@ def _patch(MPI, mirror, n: int) -> None:
             mirror.collective("alltoall")
             return super().alltoall(sendobj)
 
+        def Alltoallv(self, sendbuf, recvbuf):
+            mirror.collective("alltoallv")
+            return super().Alltoallv(sendbuf, recvbuf)
+
+        def Allgatherv(self, sendbuf, recvbuf):
+            mirror.collective("allgatherv")
+            return super().Allgatherv(sendbuf, recvbuf)
+
+        def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
+            mirror.collective("reduce_scatter")
+            return super().Reduce_scatter(sendbuf, recvbuf, recvcounts, op)
+
     if not getattr(mirror, "active", True):
         # Direct: point-to-point calls are MPI's own (not even a Python frame in between); collectives
         # are still counted.
