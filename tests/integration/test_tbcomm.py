@@ -101,6 +101,22 @@ elif scenario == "latency":
             data = c.recv(0)
             out.setdefault("delays", []).append(time.monotonic() - struct.unpack_from("d", data)[0])
             c.send(0, b"ack")
+elif scenario == "stamped":
+    # rank 0's message says it was sent 30 ms before it is (its stamp, as if the relay had taken 30 ms):
+    # the link's latency counts from the stamp, and the receiver holds the message until it is due
+    if r == 0:
+        import testbed.apps.tbcomm as tbm
+        time.sleep(0.03)  # let the receiver post its receive first
+        sent = time.monotonic() - 0.030
+        real = tbm.time
+        tbm.time = type("T", (), {"monotonic": staticmethod(lambda: sent)})
+        c.send(1, struct.pack("d", sent))
+        tbm.time = real
+        c.recv(1)
+    else:
+        (sent,) = struct.unpack("d", c.recv(0))
+        out["delay"] = time.monotonic() - sent
+        c.send(0, b"ack")
 elif scenario == "standing":
     if r == 0:
         for t, word in ((1, b"one"), (2, b"two"), (3, b"three")):
@@ -460,6 +476,16 @@ def test_latency_and_bandwidth_emulation(cluster_factory) -> None:
         why="the upper bounds leave 35 ms for the relays and catch a missing or doubled TDF; other tests "
         "on the 2 cores can delay one message past them",
     )
+
+
+def test_a_links_latency_counts_from_the_send_not_from_the_relay(cluster_factory) -> None:
+    # A stamped message (the workers know the link is emulated) says when it was sent: the relay's own
+    # time is inside the emulated latency, not added to it (issue 20: 190-265 us for latency_us 100).
+    # Here the stamp claims 30 ms of relay before a 40 ms link: due 40 ms after the stamp, not 70.
+    cl = cluster_factory(2, per_node={1: {"latency_s": 0.040}})
+    _, r1 = results(cl.worker("stamped", "j", [0, 1], TB_LINK_LATENCY_S="0.04"))
+    # Never before it is due (the receiver holds it); 70 ms would mean the delay counted from the relay.
+    assert 0.040 <= r1["delay"] < 0.065, r1
 
 
 def test_worker_exits_with_reason_when_nic_vanishes(cluster_factory) -> None:
