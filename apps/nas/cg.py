@@ -47,11 +47,7 @@ import math
 import sys
 
 import numpy as np
-
-try:
-    from . import npb
-except ImportError:  # run as a program (mpiexec ... apps/nas/cg.py): npb.py sits beside this file
-    import npb
+from testbed.apps.nas import npb
 
 try:
     import scipy.sparse as _sparse

@@ -27,11 +27,7 @@ import math
 import sys
 
 import numpy as np
-
-try:
-    from . import npb
-except ImportError:  # run as a program (mpiexec ... apps/nas/ft.py): npb.py sits beside this file
-    import npb
+from testbed.apps.nas import npb
 
 KERNEL = "FT"
 SEED = 314159265
