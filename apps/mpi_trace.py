@@ -98,6 +98,11 @@ def record(program: str, args: tuple[str, ...], size: int, timeout: float = RECO
                        f"{tmp}/rank{r}.json", str(program), *args]  # fmt: skip
                 err = open(f"{tmp}/rank{r}.err", "w")  # noqa: SIM115 - closed with the process below
                 env = {**os.environ, TRACE_PARENT: str(os.getpid())}
+                if size > (os.cpu_count() or 1):
+                    # More ranks than cores: MPICH's busy-polling rank would hold a core its peer needs
+                    # for the message it waits for (IS class A on 8 ranks, 2 cores: minutes instead of
+                    # seconds). Yielding changes no compute the trace records: that is between calls.
+                    env.setdefault("MPIR_CVAR_CH4_PROGRESS_THROTTLE", "1")
                 p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=tmp, env=env)
                 procs.append((p, err))
             deadline = time.monotonic() + timeout

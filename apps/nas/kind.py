@@ -36,7 +36,7 @@ POWER_OF_TWO = frozenset({"is", "cg", "mg", "ft"})
 MODELS = HERE / "models"
 
 Kernel = Literal["ep", "is", "cg", "mg", "ft"]
-NpbClass = Literal["S", "W", "A"]
+NpbClass = Literal["S", "W", "A", "B"]
 
 
 class NasConfig(MessagingConfig):
@@ -44,7 +44,7 @@ class NasConfig(MessagingConfig):
 
     kind: Literal["nas"] = "nas"
     kernel: Kernel = Field(..., description="the NAS kernel: ep, is, cg, mg or ft")
-    npb_class: NpbClass = Field("S", alias="class", description="NPB's problem class: S, W or A")
+    npb_class: NpbClass = Field("S", alias="class", description="NPB's problem class: S, W, A or B")
     estimate_s: float | None = Field(
         None, gt=0, description="emulated s the job takes alone; default: its measured model's CPU"
     )
@@ -87,7 +87,7 @@ def measured(kernel: str, npb_class: str, size: int) -> list[list] | None:
 
 class Nas(Mpi):
     name = "nas"
-    summary = "a NAS kernel (EP, IS, CG, MG, FT; classes S, W, A) in mpi4py, verified against NPB's values"
+    summary = "a NAS kernel (EP, IS, CG, MG, FT; classes S, W, A, B) in mpi4py, verified against NPB's values"
     Config = NasConfig
 
     @classmethod
