@@ -274,6 +274,12 @@ class ProgramKind:
         return 0.0
 
     @classmethod
+    def has_own_length(cls, cfg: AppConfig) -> bool:
+        """Whether the config has a length of its own (a profile's, a NAS class's) that
+        :meth:`with_own_length` scales."""
+        return False
+
+    @classmethod
     def with_own_length(cls, cfg: AppConfig, scale: float) -> AppConfig:
         """The config as given, resolved, at the program's own length (a profile's) times ``scale``."""
         raise NotImplementedError(f"program kind {cls.name!r} has no length of its own to scale")

@@ -162,6 +162,10 @@ class Synthetic(ProgramKind):
         return cfg.model_copy(update={"iterations": iterations})
 
     @classmethod
+    def has_own_length(cls, cfg: SyntheticConfig) -> bool:
+        return cfg.profile is not None
+
+    @classmethod
     def with_own_length(cls, cfg: SyntheticConfig, scale: float) -> SyntheticConfig:
         """The profile's own length (apps/profiles.py) times ``scale``."""
         iterations = max(1, round(profiles.get(cfg.profile).iterations() * scale))

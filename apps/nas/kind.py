@@ -112,6 +112,10 @@ class Nas(Mpi):
         return f"{cfg.kernel.upper()}.{cfg.npb_class}"
 
     @classmethod
+    def has_own_length(cls, cfg: NasConfig) -> bool:
+        return True
+
+    @classmethod
     def with_own_length(cls, cfg: NasConfig, scale: float) -> NasConfig:
         if scale != 1:
             raise NotImplementedError(

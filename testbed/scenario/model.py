@@ -311,11 +311,12 @@ class PoissonGenerator(_Model):
     @model_validator(mode="after")
     def _profiles_for_profile_lengths(self):
         if self.duration.dist == "profile":
-            bare = [c.name for c in self.classes if getattr(c.app, "profile", None) is None]
+            bare = [c.name for c in self.classes if not kinds.get(c.app.kind).has_own_length(c.app)]
             if bare:
                 raise ValueError(
-                    f"duration.dist profile takes each job's length from its app profile, but class(es) "
-                    f"{', '.join(bare)} have none: give them app: {{profile: ...}} or use another dist"
+                    f"duration.dist profile takes each job's length from its program (an app profile, a "
+                    f"NAS kernel's class), but class(es) {', '.join(bare)} have none: give them app: "
+                    f"{{profile: ...}} or use another dist"
                 )
         return self
 
