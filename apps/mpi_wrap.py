@@ -18,11 +18,13 @@ Mechanism: ``mpi4py.MPI.COMM_WORLD`` is replaced, as the program imports ``mpi4p
 MPI_Init runs then, with the program's own ``mpi4py.rc`` settings), by an instance of a Python
 subclass of ``MPI.Intracomm`` on the same communicator, whose methods mirror then call the real ones
 (``from mpi4py import MPI; MPI.COMM_WORLD`` and ``from mpi4py.MPI import COMM_WORLD`` both get it; its
-``Dup`` returns the same subclass). What is not mirrored: communicators that are not congruent
-with COMM_WORLD (``Split``, ``Create``: rank numbers differ), nonblocking receives (``Irecv``; ``Isend``
-is mirrored), one-sided operations. On an ideal network (no ``cluster.network``) the first two go
-straight to MPI; on an emulated link they fail the rank with one line (:class:`NotOnTheLink`) rather than
-run on the host's ideal network. One-sided operations are not checked.
+``Dup`` returns the same subclass). Mirrored: the blocking point-to-point calls and ``Isend``, and the
+blocking collectives (``_COLLECTIVES``). Not mirrored: communicators that are not congruent with
+COMM_WORLD (``Split``, ``Create``: rank numbers differ), and every other call that moves data
+(``_communicates``: nonblocking receives and collectives, persistent, buffered and ready sends, probes).
+On an ideal network (no ``cluster.network``) these go straight to MPI; on an emulated link they fail the
+rank with one line (:class:`NotOnTheLink`) rather than run on the host's ideal network. One-sided
+operations are not checked.
 """
 
 from __future__ import annotations
@@ -238,7 +240,46 @@ def install(tb, n: int, before_init=None, on_init=None, mirror=None) -> None:
 REPORT_EVERY_S = 0.05
 
 #: The point-to-point methods the mirror wraps (lowercase and uppercase forms).
-_P2P = {"send", "ssend", "isend", "recv", "irecv", "sendrecv"}
+_P2P = {"send", "ssend", "isend", "recv", "sendrecv"}
+#: COMM_WORLD's collectives the mirror carries: each a tbcomm barrier among the ranks announced by the
+#: operation's name, then MPI's own call.
+_COLLECTIVES = (
+    "Barrier", "barrier", "Bcast", "bcast", "Allreduce", "allreduce", "Reduce", "reduce", "Gather", "gather",
+    "Gatherv", "Scatter", "scatter", "Scatterv", "Allgather", "allgather", "Allgatherv", "Alltoall",
+    "alltoall", "Alltoallv", "Alltoallw", "Reduce_scatter", "Reduce_scatter_block", "Scan", "scan",
+    "Exscan", "exscan",
+)  # fmt: skip
+#: The names (lower case, without a nonblocking "i" or a persistent "_init") of the calls that move data
+#: between ranks: any of them not mirrored would bypass the emulated link.
+_MOVES_DATA = (
+    "send", "ssend", "bsend", "rsend", "recv", "sendrecv", "probe", "mprobe", "psend", "precv", "barrier",
+    "bcast", "gather", "scatter", "allgather", "alltoall", "reduce", "allreduce", "scan", "exscan",
+)  # fmt: skip
+
+
+def _communicates(name: str) -> bool:
+    n = name.lower().removesuffix("_init")
+    return any(n.startswith(r) or (n[:1] == "i" and n[1:].startswith(r)) for r in _MOVES_DATA)
+
+
+def _collective(plain, mirror):
+    """MPI's collective ``plain``, after the mirror's barrier named after it."""
+    op = plain.__name__.lower()
+
+    def call(self, *args, **kwargs):
+        mirror.collective(op)
+        return plain(self, *args, **kwargs)
+
+    call.__name__ = plain.__name__
+    return call
+
+
+def _refused(name: str, link: str):
+    def call(self, *args, **kwargs):
+        raise NotOnTheLink(f"{name}{link}")
+
+    call.__name__ = name
+    return call
 
 
 class NotOnTheLink(RuntimeError):
@@ -294,16 +335,6 @@ def _patch(MPI, mirror, n: int) -> None:
             mirror.send(dest, tag, _pickled(obj))
             return super().isend(obj, dest, tag)
 
-        def Irecv(self, buf, source=ANY, tag=ANY):
-            if link:
-                raise NotOnTheLink(f"Irecv{link}")
-            return super().Irecv(buf, source, tag)
-
-        def irecv(self, buf=None, source=ANY, tag=ANY):
-            if link:
-                raise NotOnTheLink(f"irecv{link}")
-            return super().irecv(buf, source, tag)
-
         def Recv(self, buf, source=ANY, tag=ANY, status=None):
             if source == MPI.PROC_NULL:
                 return super().Recv(buf, source, tag, status)
@@ -342,82 +373,14 @@ def _patch(MPI, mirror, n: int) -> None:
             mirror.matched(st)
             return out
 
-        # -- collectives --------------------------------------------------------------------------------
-        def Barrier(self):
-            mirror.collective("barrier")
-            return super().Barrier()
-
-        def barrier(self):
-            mirror.collective("barrier")
-            return super().barrier()
-
-        def Bcast(self, buf, root=0):
-            mirror.collective("bcast")
-            return super().Bcast(buf, root)
-
-        def bcast(self, obj, root=0):
-            mirror.collective("bcast")
-            return super().bcast(obj, root)
-
-        def Allreduce(self, sendbuf, recvbuf, op=MPI.SUM):
-            mirror.collective("allreduce")
-            return super().Allreduce(sendbuf, recvbuf, op)
-
-        def allreduce(self, sendobj, op=MPI.SUM):
-            mirror.collective("allreduce")
-            return super().allreduce(sendobj, op)
-
-        def Reduce(self, sendbuf, recvbuf, op=MPI.SUM, root=0):
-            mirror.collective("reduce")
-            return super().Reduce(sendbuf, recvbuf, op, root)
-
-        def reduce(self, sendobj, op=MPI.SUM, root=0):
-            mirror.collective("reduce")
-            return super().reduce(sendobj, op, root)
-
-        def Gather(self, sendbuf, recvbuf, root=0):
-            mirror.collective("gather")
-            return super().Gather(sendbuf, recvbuf, root)
-
-        def gather(self, sendobj, root=0):
-            mirror.collective("gather")
-            return super().gather(sendobj, root)
-
-        def Scatter(self, sendbuf, recvbuf, root=0):
-            mirror.collective("scatter")
-            return super().Scatter(sendbuf, recvbuf, root)
-
-        def scatter(self, sendobj, root=0):
-            mirror.collective("scatter")
-            return super().scatter(sendobj, root)
-
-        def Allgather(self, sendbuf, recvbuf):
-            mirror.collective("allgather")
-            return super().Allgather(sendbuf, recvbuf)
-
-        def allgather(self, sendobj):
-            mirror.collective("allgather")
-            return super().allgather(sendobj)
-
-        def Alltoall(self, sendbuf, recvbuf):
-            mirror.collective("alltoall")
-            return super().Alltoall(sendbuf, recvbuf)
-
-        def alltoall(self, sendobj):
-            mirror.collective("alltoall")
-            return super().alltoall(sendobj)
-
-        def Alltoallv(self, sendbuf, recvbuf):
-            mirror.collective("alltoallv")
-            return super().Alltoallv(sendbuf, recvbuf)
-
-        def Allgatherv(self, sendbuf, recvbuf):
-            mirror.collective("allgatherv")
-            return super().Allgatherv(sendbuf, recvbuf)
-
-        def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=MPI.SUM):
-            mirror.collective("reduce_scatter")
-            return super().Reduce_scatter(sendbuf, recvbuf, recvcounts, op)
+    for name in _COLLECTIVES:
+        setattr(TestbedComm, name, _collective(getattr(MPI.Intracomm, name), mirror))
+    if link:
+        # What moves data but is not mirrored (nonblocking receives and collectives, persistent, buffered
+        # and ready sends, probes) would run on the host's ideal network: refused, with one line.
+        for name in dir(MPI.Intracomm):
+            if _communicates(name) and name not in vars(TestbedComm):
+                setattr(TestbedComm, name, _refused(name, link))
 
     if not getattr(mirror, "active", True):
         # Direct: point-to-point calls are MPI's own (not even a Python frame in between); collectives

@@ -218,7 +218,8 @@ def test_faults_each_end_their_job_with_one_error_line_and_leave_nothing(tmp_pat
 
 
 def test_a_call_not_carried_over_an_emulated_link_is_refused_with_one_line(tmp_path):
-    jobs = [_mpi("irecv", 2, PROGRAMS / "irecv.py")]
+    # A nonblocking receive, and a nonblocking collective (any call that moves data unmirrored).
+    jobs = [_mpi("irecv", 2, PROGRAMS / "irecv.py"), _mpi("ibarrier", 2, PROGRAMS / "irecv.py", "ibarrier")]
     for latency, code in ((100, 3), (0, 0)):
         scn = _scenario(
             tmp_path,
@@ -233,8 +234,10 @@ def test_a_call_not_carried_over_an_emulated_link_is_refused_with_one_line(tmp_p
         errors = [ln for ln in p.stdout.splitlines() + p.stderr.splitlines() if ln.startswith("error:")]
         if latency:
             # Never silently on the host's ideal network.
-            assert len(errors) == 1 and "job irecv" in errors[0], errors
-            assert "Irecv is not carried over the emulated link" in errors[0], errors
+            assert len(errors) == 2, errors
+            for job, call in (("irecv", "Irecv"), ("ibarrier", "Ibarrier")):
+                (line,) = [e for e in errors if f"job {job} " in e]
+                assert f"{call} is not carried over the emulated link" in line, errors
         else:
             assert errors == []  # on an ideal network it runs
         assert wait_clean(out) == ([], [])
