@@ -2,7 +2,7 @@
 sparse symmetric positive definite matrix by inverse power iteration, each step a 25-iteration conjugate
 gradient solve.
 
-``mpiexec -n P python3 apps/nas/cg.py [S|W|A]``   (P a power of two: 1, 2, 4, 8, 16)
+``mpiexec -n P python3 apps/nas/cg.py [S|W|A|B]``   (P a power of two: 1, 2, 4, 8, 16)
 
 The matrix is NPB's (``makea``): for each of the ``na`` outer rows a sparse random vector of ``nonzer``
 entries (``sprnvc``, drawing pairs of NPB's random numbers from seed 314159265 after one discarded draw)
@@ -65,6 +65,7 @@ CLASSES = {
     "S": {"na": 1400, "nonzer": 7, "niter": 15, "shift": 10.0},
     "W": {"na": 7000, "nonzer": 8, "niter": 15, "shift": 12.0},
     "A": {"na": 14000, "nonzer": 11, "niter": 15, "shift": 20.0},
+    "B": {"na": 75000, "nonzer": 13, "niter": 75, "shift": 60.0},
 }
 
 #: NPB's zeta for each class
@@ -72,6 +73,7 @@ ZETA = {
     "S": 8.5971775078648,
     "W": 10.362595087124,
     "A": 17.130235054029,
+    "B": 22.712745482631,
 }
 EPSILON = 1.0e-10
 

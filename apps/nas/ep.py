@@ -2,7 +2,7 @@
 generator, taken in pairs; each pair inside the unit circle gives two Gaussian deviates (Marsaglia's polar
 method), which are summed (sx, sy) and counted by the square annulus they fall in (q[0..9]).
 
-    mpiexec -n 4 python3 apps/nas/ep.py [S|W|A]
+    mpiexec -n 4 python3 apps/nas/ep.py [S|W|A|B]
 
 The 2^(M+1) numbers are NN = 2^(M-16) batches of 2^17 (NPB's ``mk`` = 16): batch k starts at seed
 S * A^(2^17 k). Each rank takes a contiguous run of batches, as NPB divides them (the first NN mod P
@@ -45,6 +45,7 @@ CLASSES = {
     },
     "W": {"m": 25, "sx": -2.863319731645753e3, "sy": -6.320053679109499e3, "pairs": None, "counts": None},
     "A": {"m": 28, "sx": -4.295875165629892e3, "sy": -1.580732573678431e4, "pairs": None, "counts": None},
+    "B": {"m": 30, "sx": 4.033815542441498e4, "sy": -2.660669192809235e4, "pairs": None, "counts": None},
 }
 
 

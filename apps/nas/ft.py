@@ -1,6 +1,6 @@
 """NAS Parallel Benchmark FT (NPB 3.x) in mpi4py + numpy: a 3D diffusion equation solved by FFTs.
 
-``mpiexec -n P python3 apps/nas/ft.py [S|W|A]``
+``mpiexec -n P python3 apps/nas/ft.py [S|W|A|B]``
 
 The grid u(x, y, z) is filled with NPB's pseudo-random complex numbers, transformed forward once, and
 then, for each of ``niter`` steps t = 1, 2, ..., multiplied by exp(-4 alpha pi^2 |k|^2) (so that after
@@ -38,6 +38,7 @@ CLASSES = {
     "S": (64, 64, 64, 6),
     "W": (128, 128, 32, 6),
     "A": (256, 256, 128, 6),
+    "B": (512, 256, 256, 20),
 }
 
 #: NPB's checksum after each step, per class (NPB 3.x FT, verify).
@@ -65,6 +66,28 @@ VERIFY = {
         complex(5.077892868474e02, 5.101336130759e02),
         complex(5.085233095391e02, 5.104914655194e02),
         complex(5.091487099959e02, 5.107917842803e02),
+    ],
+    "B": [
+        complex(5.177643571579e02, 5.077803458597e02),
+        complex(5.154521291263e02, 5.088249431599e02),
+        complex(5.146409228649e02, 5.096208912659e02),
+        complex(5.142378756213e02, 5.101023387619e02),
+        complex(5.139626667737e02, 5.103976610617e02),
+        complex(5.137423460082e02, 5.105948019802e02),
+        complex(5.135547056878e02, 5.107404165783e02),
+        complex(5.133910925466e02, 5.108576573661e02),
+        complex(5.132470705390e02, 5.109577278523e02),
+        complex(5.131197729984e02, 5.110460304483e02),
+        complex(5.130070319283e02, 5.111252433800e02),
+        complex(5.129070537032e02, 5.111968077718e02),
+        complex(5.128182883502e02, 5.112616233064e02),
+        complex(5.127393733383e02, 5.113203605551e02),
+        complex(5.126691062020e02, 5.113735928093e02),
+        complex(5.126064276004e02, 5.114218460548e02),
+        complex(5.125504076570e02, 5.114656139760e02),
+        complex(5.125002331720e02, 5.115053595966e02),
+        complex(5.124551951846e02, 5.115415130407e02),
+        complex(5.124146770029e02, 5.115744692211e02),
     ],
 }
 

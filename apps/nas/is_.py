@@ -1,7 +1,7 @@
 """NAS IS (integer sort), after NPB 3.x's MPI version: ranks 2^n keys (each the sum of four of NPB's
 uniform numbers times MAX_KEY/4, so roughly Gaussian) by a bucketed counting sort, ten times.
 
-    mpiexec -n 4 python3 apps/nas/is_.py [S|W|A]
+    mpiexec -n 4 python3 apps/nas/is_.py [S|W|A|B]
 
 (``is`` is a Python keyword, hence the file's name.) Each rank makes TOTAL_KEYS/P keys from its own
 stretch of the stream (seed 314159265 jumped 4 TOTAL_KEYS/P * rank ahead, NPB's ``find_my_seed``). An
@@ -59,6 +59,14 @@ CLASSES = {
         "test_index": [2112377, 662041, 5336171, 3642833, 4250760],
         "test_rank": [104, 17523, 123928, 8288932, 8388264],
         "shift": [(1, -1), (1, -1), (1, -1), (-1, -1), (-1, -1)],
+    },
+    "B": {
+        "total_keys_log2": 25,
+        "max_key_log2": 21,
+        "buckets_log2": 10,
+        "test_index": [41869, 812306, 5102857, 18232239, 26860214],
+        "test_rank": [33422937, 10244, 59149, 33135281, 99],
+        "shift": [(-1, 0), (1, 0), (1, 0), (-1, 0), (1, 0)],
     },
 }
 

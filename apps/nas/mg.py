@@ -35,6 +35,7 @@ CLASSES = {
     "S": {"n": 32, "nit": 4},
     "W": {"n": 128, "nit": 4},
     "A": {"n": 256, "nit": 4},
+    "B": {"n": 256, "nit": 20},
 }
 
 #: NPB's L2 norm of the final residual, per class.
@@ -42,6 +43,7 @@ VERIFY = {
     "S": 0.5307707005734e-04,
     "W": 0.6467329375339e-05,
     "A": 0.2433365309069e-05,
+    "B": 0.1800564401355e-05,
 }
 
 EPSILON = 1.0e-8
@@ -49,8 +51,12 @@ EPSILON = 1.0e-8
 #: The operator A's coefficients: centre, faces, edges, corners (the same in every class).
 A_COEF = (-8.0 / 3.0, 0.0, 1.0 / 6.0, 1.0 / 12.0)
 
-#: The smoother's coefficients, per class (NPB uses another set from class B on).
-C_COEF = {cls: (-3.0 / 8.0, 1.0 / 32.0, -1.0 / 64.0, 0.0) for cls in ("S", "W", "A")}
+#: The smoother's coefficients, per class: NPB's S(a) smoother for S, W and A, its S(b) smoother from
+#: class B on (NPB 3.x mg.f: "Coefficients for the S(b) smoother").
+C_COEF = {
+    **{cls: (-3.0 / 8.0, 1.0 / 32.0, -1.0 / 64.0, 0.0) for cls in ("S", "W", "A")},
+    "B": (-3.0 / 17.0, 1.0 / 33.0, -1.0 / 61.0, 0.0),
+}
 
 #: NPB's seed for zran3's field, and how many +1 and -1 points it places.
 SEED = 314159265

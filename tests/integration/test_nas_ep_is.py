@@ -1,7 +1,7 @@
 """NAS EP and IS (apps/nas/ep.py, is_.py) as plain mpi4py programs under MPICH's ``mpiexec``: class S
 verifies against NPB's values; a changed verification value fails the run with NotVerified naming the
 kernel, class and value; IS refuses a rank count that is not a power of two. With --extended, class W
-at 1, 4 and 16 ranks."""
+at 1, 4 and 16 ranks, and class B at 4."""
 
 from __future__ import annotations
 
@@ -97,3 +97,10 @@ def test_is_refuses_ranks_not_a_power_of_two():
 @pytest.mark.parametrize("kernel, program", [("EP", EP), ("IS", IS)])
 def test_class_w(kernel, program, ranks):
     _verified(_mpiexec(ranks, program, "W", timeout=600), kernel, "W", ranks)
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize("kernel, program", [("EP", EP), ("IS", IS)])
+def test_class_b_on_four_ranks(kernel, program):
+    # About 25 s (EP) and 17 s (IS) on 2 shared cores.
+    _verified(_mpiexec(4, program, "B", timeout=600), kernel, "B", 4)

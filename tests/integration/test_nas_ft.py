@@ -76,3 +76,10 @@ def test_a_wrong_verification_value_fails_the_run_naming_kernel_class_and_value(
 @pytest.mark.parametrize("ranks", [1, 4, 16])
 def test_class_w_verifies(ranks):
     _verifies("W", ranks, timeout=300)
+
+
+@pytest.mark.extended
+@needs_mpiexec
+def test_class_b_verifies_on_four_ranks():
+    # 512x256x256, 20 steps: about 30 s and 1 GB a rank on 2 shared cores.
+    _verifies("B", 4, timeout=600)

@@ -87,6 +87,13 @@ def test_class_w_verifies(ranks):
 
 @pytest.mark.extended
 @needs_mpiexec
+def test_class_b_verifies_on_four_ranks():
+    # Class B is A's grid with 20 iterations and NPB's S(b) smoother; about 15 s on 2 shared cores.
+    _verifies("B", 4, timeout=600)
+
+
+@pytest.mark.extended
+@needs_mpiexec
 def test_class_s_verifies_on_sixteen_ranks():
     # 16 ranks of 2 planes each: every level below the finest is held whole on every rank.
     _verifies("S", 16)
