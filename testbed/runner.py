@@ -18,9 +18,7 @@ import json
 import math
 import os
 import re
-import signal
 import tempfile
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -30,6 +28,7 @@ import yaml
 from testbed.core import events as ev
 from testbed.core.backend import Backend, Hooks, PreflightError
 from testbed.core.clock import host_cores
+from testbed.core.interrupts import interrupts_deferred
 from testbed.emulator import ray_auth
 from testbed.emulator.mechanism import docker_envelope
 from testbed.emulator.mechanism.envelope import MIN_QUOTA_US, probe_envelopes, probe_pod
@@ -299,7 +298,7 @@ def run_once(
         outcome = _backend(backend, prometheus, scn).run_scenario(scn, jobs, run_dir, hooks)
         # The results come from the event log only, with how the run ended; a second Ctrl-C waits for
         # them (it used to leave a run without jobs.csv and summary.json).
-        with _interrupts_deferred():
+        with interrupts_deferred():
             summary = results.write(
                 run_dir,
                 ev.read_jsonl(run_dir / "events.jsonl"),
@@ -322,27 +321,6 @@ def _backend(name: str, prometheus: bool, scn: Scenario) -> Backend:
     from testbed.emulator.backend import RayBackend  # Ray and the mechanism: only for real runs
 
     return RayBackend(prometheus=prometheus)
-
-
-@contextlib.contextmanager
-def _interrupts_deferred():
-    """Ctrl-C and SIGTERM held back for the block (main thread only: signals are delivered there), and
-    raised as one KeyboardInterrupt after it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    got: list[int] = []
-    old = {sig: signal.signal(sig, lambda signum, _frame: got.append(signum)) for sig in _DEFERRED}
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-    if got:
-        raise KeyboardInterrupt
-
-
-_DEFERRED = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextlib.contextmanager

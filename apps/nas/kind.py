@@ -103,8 +103,8 @@ class Nas(Mpi):
 
     @classmethod
     def size_choices(cls, cfg: NasConfig, lo: int, hi: int) -> list[int]:
-        if cfg.kernel not in POWER_OF_TWO:
-            return []
+        """Powers of two, for every kernel: NPB's own rule for four of them, and the rank counts the
+        models are measured at (EP runs at any size a job gives it)."""
         return [1 << k for k in range(hi.bit_length()) if lo <= 1 << k <= hi]
 
     @classmethod

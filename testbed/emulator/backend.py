@@ -188,21 +188,24 @@ class RayBackend:
         except BaseException as exc:  # noqa: BLE001 - recorded; the teardown below is told why
             self._ended_by(exc)
         finally:
-            self._teardown(out.ended)
-            if self.joined:
-                out.logs_lost = _collect(self.hosts, self.groups, self.run_dir)
-            _shutdown_ray()
-            if marked_before is None:
-                os.environ.pop(RUN_ID_ENV, None)
-            else:
-                os.environ[RUN_ID_ENV] = marked_before
-            cleanup_run(out.run_id)  # also whatever of Ray's outlived its shutdown
-            restore_session_group(old_nice)
-            janitor.terminate()
-            try:
-                janitor.wait(timeout=5)
-            except Exception:  # noqa: BLE001
-                janitor.kill()
+            # A second Ctrl-C waits for the teardown (each of its steps is bounded): cut short, it left
+            # Ray and the nodes' processes to the janitor, and this session's priority raised.
+            with interrupts_deferred():
+                self._teardown(out.ended)
+                if self.joined:
+                    out.logs_lost = _collect(self.hosts, self.groups, self.run_dir)
+                _shutdown_ray()
+                if marked_before is None:
+                    os.environ.pop(RUN_ID_ENV, None)
+                else:
+                    os.environ[RUN_ID_ENV] = marked_before
+                cleanup_run(out.run_id)  # also whatever of Ray's outlived its shutdown
+                restore_session_group(old_nice)
+                janitor.terminate()
+                try:
+                    janitor.wait(timeout=5)
+                except Exception:  # noqa: BLE001
+                    janitor.kill()
 
     def _phase(self, text: str) -> None:
         # Start-up cost by phase, for the summary (start-up is a benchmarked figure).
