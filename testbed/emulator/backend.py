@@ -36,6 +36,7 @@ from testbed.core.backend import (
     wall_limit_reached,
 )
 from testbed.core.clock import origin
+from testbed.core.interrupts import interrupts_deferred
 from testbed.emulator.actors import AT_RAY_NODE, AgentHost, CoordinatorActor
 from testbed.emulator.agent import WORKER_MODULES, NodeConfig
 from testbed.emulator.mechanism.envelope import quota_us
