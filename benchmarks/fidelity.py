@@ -246,7 +246,7 @@ def main() -> None:
     ap.add_argument("--periods", default="100,20,10", help="CFS periods to compare, real ms")
     ap.add_argument("--reps", type=int, default=3, help="BSP jobs per period and quickstart runs")
     ap.add_argument("--only", default="", help="any of bsp, quickstart, nas (comma-separated)")
-    ap.add_argument("--nas-class", default="W", help="the NAS kernels' class")
+    ap.add_argument("--nas-class", default="A", help="the NAS kernels' class")
     ap.add_argument("--nas-ranks", type=int, default=4, help="the NAS kernels' rank count")
     ap.add_argument("--keep", type=Path, help="keep the run folders here instead of a temporary folder")
     a = ap.parse_args()
