@@ -31,7 +31,7 @@ import zlib
 from collections.abc import Iterator
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from testbed.apps.base import (
     Compute,
     MessagingConfig,
@@ -72,6 +72,15 @@ class DivisibleConfig(MessagingConfig):
     cpu_rate: float = Field(
         1.0, gt=0, le=1.0, description="the nodes' CPU rate; set from the cluster when the workload is built"
     )
+
+    @model_validator(mode="after")
+    def _costs(self):
+        from testbed.schedulers.divisible import cost_ratio_problem
+
+        problem = cost_ratio_problem(self.cms, self.cps)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 def load(cfg: DivisibleConfig):

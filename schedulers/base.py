@@ -211,10 +211,9 @@ class GlobalPolicy(ABC):
         return None
 
     def node_down(self, now: float, node: int) -> list[GlobalAction]:
-        """``node`` failed. The jobs that ran on it have already been ended (failed, or stopped to be
-        requeued, as the scenario says) and :meth:`finished` called for each; the requeued ones are
-        submitted again right after this call. From now on no job may be placed there. The default
-        records it in :attr:`down`."""
+        """``node`` failed. From now on no job may be placed there. The jobs that ran on it end right
+        after this call (failed, or stopped to be requeued, as the scenario says), with :meth:`finished`
+        for each; the requeued ones are then submitted again. The default records it in :attr:`down`."""
         self.down.add(node)
         return []
 

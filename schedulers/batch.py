@@ -38,7 +38,7 @@ class BatchGlobal(FcfsQueue):
 
     def node_down(self, now: float, node: int) -> list[GlobalAction]:
         super().node_down(now, node)
-        self.free.discard(node)  # its jobs have ended (finished() gave it back): keep it out
+        self.free.discard(node)  # idle, it was free; busy, finished() will not give it back
         return []
 
     def node_up(self, now: float, node: int) -> list[GlobalAction]:

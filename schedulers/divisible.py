@@ -90,6 +90,9 @@ class Load:
             v = getattr(self, name)
             if not (isinstance(v, int | float) and v >= 0 and math.isfinite(v)):
                 raise ValueError(f"{name}: must be a finite number >= 0, got {v!r}")
+        problem = cost_ratio_problem(self.cms, self.cps)
+        if problem:
+            raise ValueError(problem)
 
     @property
     def beta(self) -> float:
@@ -98,6 +101,21 @@ class Load:
     @property
     def delta(self) -> float:
         return self.st / (self.sigma * (self.cms + self.cps))
+
+
+#: Cps / Cms, and Cms / Cps, at most this: beta = Cps / (Cms + Cps) must stay strictly between 0 and 1 in
+#: floating point (1e300 / (1 + 1e300) is exactly 1.0, and E(n) divides by 1 - beta^n).
+MAX_COST_RATIO = 1e12
+
+
+def cost_ratio_problem(cms: float, cps: float) -> str | None:
+    """What is wrong with the pair (Cms, Cps) for the model, or None."""
+    if cps > cms * MAX_COST_RATIO or cms > cps * MAX_COST_RATIO:
+        return (
+            f"cms {cms:g} and cps {cps:g} differ by more than {MAX_COST_RATIO:g} times, beyond what the "
+            "model computes (beta = cps / (cms + cps) rounds to 0 or 1); bring them closer"
+        )
+    return None
 
 
 def first_share(load: Load, n: int) -> float:

@@ -157,12 +157,14 @@ class DecisionCore:
             self._ask(now, self.policy.finished, job_id)
 
     def node_down(self, now: float, node: int, reason: str) -> None:
-        """``node`` failed (a scripted fault, or its agent died): its jobs fail or go back to the queue,
-        as the scenario says, then the policy hears of it."""
+        """``node`` failed (a scripted fault, or its agent died): the policy hears of it, then its jobs
+        fail or go back to the queue, as the scenario says. In that order: a job ending frees its other
+        nodes, and a policy that had not heard would place a queued job on the dead one."""
         if node in self.down or self.ended:
             return
         self.down[node] = reason
         self.emit(ev.NODE_DOWN, now, node=node, reason=reason)
+        self._ask(now, self.policy.node_down, node)
         why = f"node {node} went down ({reason})"
         requeued = []
         for rec in [r for r in self.jobs.values() if r.state == JobState.RUNNING and node in r.nodes]:
@@ -172,8 +174,7 @@ class DecisionCore:
                 requeued.append(rec)
             else:
                 self.fail(now, rec.job.job_id, why)
-        self._ask(now, self.policy.node_down, node)
-        for rec in requeued:  # after node_down: the policy must not place them there again
+        for rec in requeued:  # after their end: a job is queued once
             self._ask(now, self.policy.submit, rec.job.spec)
 
     def node_up(self, now: float, node: int) -> None:

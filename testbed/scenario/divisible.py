@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from testbed.apps.divisible import DivisibleConfig
 from testbed.core.jobs import Job
 from testbed.schedulers.base import JobSpec
-from testbed.schedulers.divisible import Load, exec_time, fastest
+from testbed.schedulers.divisible import Load, cost_ratio_problem, exec_time, fastest
 
 
 class _Model(BaseModel):
@@ -61,6 +61,13 @@ class DivisibleTasks(_Model):
     nodes: int | None = Field(None, ge=1, description="the most nodes a task may get; null: the cluster's")
     start_s: float = Field(0.0, ge=0)
     job_class: str = "divisible"
+
+    @model_validator(mode="after")
+    def _costs(self):
+        problem = cost_ratio_problem(self.cms, self.cps)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 def draw(gen: DivisibleTasks, cluster_nodes: int, seed: int) -> list:

@@ -176,6 +176,19 @@ def test_a_node_going_down_fails_its_jobs_and_the_policy_hears_it():
     assert 1 not in started["b"]
 
 
+@pytest.mark.parametrize(("name", "params"), [("batch", {}), ("gang", {"mpl": 1})])
+def test_a_job_queued_when_a_node_fails_starts_on_the_nodes_left(name, params):
+    # a holds all 3 nodes, b waits for 2; node 1 fails under a. Before, a's end reached the policy before
+    # the failure did, and it started b on node 1: the run stopped with "node(s) [1] are down".
+    from testbed.schedulers import registry
+
+    jobs = [_job("a", size=3, iterations=10, gcomp=100.0), _job("b", size=2, t=0.1)]
+    events = simulate(jobs, registry.get(name), params, nodes=3, faults=[Fault(0.3, 1, FaultKind.DOWN)])
+    assert _states(events) == {"a": JobState.FAILED, "b": JobState.FINISHED}
+    started = {e["job"]: (e["t"], e["nodes"]) for e in events if e["kind"] == ev.JOB_STARTED}
+    assert started["b"] == (pytest.approx(0.3), [0, 2])
+
+
 def test_requeued_on_node_down_the_job_starts_again_from_the_beginning():
     jobs = [_job("a", size=2, iterations=10, gcomp=100.0)]  # 1 s of work
     events = simulate(

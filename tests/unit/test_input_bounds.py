@@ -209,3 +209,32 @@ def test_a_trace_out_of_submission_order_gives_no_negative_arrival(tmp_path):
     )
     jobs = build(load(doc={"name": "t", "workload": {"trace": {"path": str(tmp_path / "t.swf")}}}))
     assert [(j.job_id, j.spec.submit_time) for j in jobs] == [("t2", 0.0), ("t1", 60.0)]
+
+
+@pytest.mark.extended
+def test_every_accepted_value_runs_to_its_end_in_the_simulator(tmp_path):
+    # The other half of the battery above: what the loader accepts, run takes too (validate catches
+    # everything run would fail on). Each accepted extreme runs in the simulator under a 3 s wall
+    # limit: it ends, or reaches that limit, and never fails with an error of its own.
+    from testbed import runner
+    from testbed.core.backend import wall_limit_reached
+
+    full = load(doc={**BASE, "wall_limit_s": 3.0}).model_dump(mode="json")
+    ran = 0
+    for path in _numeric_paths(full):
+        if path == ("wall_limit_s",):
+            continue
+        for value in BAD:
+            doc = copy.deepcopy(full)
+            apply_override(doc, list(path), value)
+            try:
+                scn = load(doc=doc)
+            except ScenarioError:
+                continue
+            out = tmp_path / f"r{ran}"
+            try:
+                runner.run_once(scn, "sim", out)
+            except runner.RunFailed as exc:
+                assert str(exc).startswith(wall_limit_reached(3.0)), (path, value, str(exc))
+            ran += 1
+    assert ran > 50
