@@ -1,6 +1,7 @@
 """Measured models of the NAS kernels, for the simulator's ``nas`` kind (apps/nas/kind.py).
 
-``python benchmarks/mpi_profiles.py [--kernels ep,is,cg,mg,ft] [--classes S,W,A] [--ranks 1,2,4,8,16]``
+``python benchmarks/mpi_profiles.py [--kernels ep,is,cg,mg,ft] [--classes S,W,A] [--ranks 1,2,4,8,16]
+[--missing] [--timeout 600]``
 
 Each kernel, class and rank count runs once on real processes under apps/mpi_trace.py's recorder: per rank,
 the CPU of its main thread between MPI calls (its own clock, so the host's other load does not inflate it)
@@ -28,7 +29,7 @@ import time
 from datetime import UTC, datetime
 
 from testbed.apps.mpi_trace import record
-from testbed.apps.nas.kind import KERNELS, MODELS, NasConfig, kernel_sha256, model_path
+from testbed.apps.nas.kind import KERNELS, MODELS, NasConfig, kernel_sha256, measured, model_path
 from testbed.apps.profiles import PROFILES
 from testbed.apps.synthetic import SyntheticConfig, messages_per_iteration
 from testbed.apps.work import WORK_UNIT_S
@@ -66,10 +67,10 @@ def guessed_msgs_per_cpu_s(kernel: str, size: int) -> float | None:
     return messages_per_iteration(cfg, size) / (p.gcomp * WORK_UNIT_S)
 
 
-def record_one(kernel: str, npb_class: str, size: int) -> dict:
+def record_one(kernel: str, npb_class: str, size: int, timeout: float) -> dict:
     cfg = NasConfig(kernel=kernel, npb_class=npb_class)
     t0 = time.monotonic()
-    ranks = record(cfg.program, cfg.args, size)
+    ranks = record(cfg.program, cfg.args, size, timeout)
     took = time.monotonic() - t0
     # Microsecond resolution is below what a thread's CPU clock resolves per call anyway, and it keeps
     # the committed models small.
@@ -84,19 +85,27 @@ def record_one(kernel: str, npb_class: str, size: int) -> dict:
         "program_sha256": kernel_sha256(kernel),
         "recorded_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "host": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "recorded_s": round(took, 2),
         "ranks": ranks,
     }
     path = model_path(kernel, npb_class, size)
     path.parent.mkdir(parents=True, exist_ok=True)
     # mtime 0: the same trace gives the same bytes.
     path.write_bytes(gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), mtime=0))
-    return {
-        "kernel": kernel,
-        "class": npb_class,
-        "ranks": size,
-        **summarise(ranks),
-        "recorded_s": round(took, 2),
-    }
+    return _row(doc)
+
+
+def _row(doc: dict) -> dict:
+    summary = summarise(doc["ranks"])
+    return {"kernel": doc["kernel"], "class": doc["class"], "ranks": doc["size"], **summary,
+            "recorded_s": doc.get("recorded_s", "")}  # fmt: skip
+
+
+def current_row(kernel: str, npb_class: str, size: int) -> dict | None:
+    """The table row of the model kept for the kernel as it is now, or None."""
+    if measured(kernel, npb_class, size) is None:
+        return None
+    return _row(json.loads(gzip.decompress(model_path(kernel, npb_class, size).read_bytes())))
 
 
 def _merge(rows: list[dict]) -> list[dict]:
@@ -107,7 +116,10 @@ def _merge(rows: list[dict]) -> list[dict]:
             old = list(csv.DictReader(fh))
     key = lambda r: (r["kernel"], r["class"], int(r["ranks"]))  # noqa: E731
     merged = {key(r): r for r in old}
-    merged.update({key(r): r for r in rows})
+    for r in rows:
+        kept = merged.get(key(r), {})
+        # A model kept from before (--missing) may not say how long it took: the table still does.
+        merged[key(r)] = {**r, "recorded_s": r["recorded_s"] or kept.get("recorded_s", "")}
     return [merged[k] for k in sorted(merged)]
 
 
@@ -116,13 +128,23 @@ def main() -> int:
     ap.add_argument("--kernels", default=",".join(KERNELS))
     ap.add_argument("--classes", default="S,W,A")
     ap.add_argument("--ranks", default="1,2,4,8,16")
+    ap.add_argument("--missing", action="store_true", help="record only what has no current model")
+    ap.add_argument("--timeout", type=float, default=600.0, help="real s one recording may take")
     args = ap.parse_args()
+    failed = []
     rows = []
     print(f"load average at start: {os.getloadavg()}", flush=True)
     for kernel in args.kernels.split(","):
         for npb_class in args.classes.split(","):
             for size in (int(r) for r in args.ranks.split(",")):
-                row = record_one(kernel, npb_class, size)
+                row = current_row(kernel, npb_class, size) if args.missing else None
+                if row is None:
+                    try:
+                        row = record_one(kernel, npb_class, size, args.timeout)
+                    except RuntimeError as exc:  # one model the less; the others still come
+                        failed.append(f"{kernel}-{npb_class}-{size}")
+                        print(f"{kernel.upper()}.{npb_class} x{size}: not recorded: {exc}", flush=True)
+                        continue
                 rows.append(row)
                 guess = guessed_msgs_per_cpu_s(kernel, size)
                 vs = f"guessed profile {guess:.0f}" if guess is not None else "no guessed profile"
@@ -139,8 +161,8 @@ def main() -> int:
         w.writeheader()
         w.writerows(table)
     print(f"load average at end: {os.getloadavg()}", flush=True)
-    print(json.dumps({"models": len(rows), "table": str(TABLE)}))
-    return 0
+    print(json.dumps({"models": len(rows), "failed": failed, "table": str(TABLE)}))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
