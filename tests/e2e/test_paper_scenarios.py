@@ -80,17 +80,18 @@ def test_paper003_compare_whole_grid_in_the_simulator(tmp_path):
     assert set(heavy) == {"batch", "local", "gang", "dcs", "sb", "pb", "cc", "hybrid"}
 
 
+@pytest.mark.extended
 def test_paper003_at_the_papers_size_in_the_simulator(tmp_path):
-    """paper003-compare-100: 100 jobs build the queue the paper's headline needs. Two of its variants
-    (the whole grid takes ~2.5 min of CPU): under heavy load HYBRID completes jobs faster than batch
-    and, ending the stream sooner, uses less energy (measured: -39 % and -20 %; the paper: -68 % and
-    -38 %); the bounds below are the directions with half the measured margins."""
-    two = "sweep={scheduler.name: [batch, hybrid], workload.generator.mean_interarrival_s: [0.8]}"
+    """paper003-compare-100: 100 NAS kernel jobs build the queue the paper's headline needs. Two of its
+    variants (~40 s of CPU): under heavy load HYBRID completes jobs faster than batch and, ending the
+    stream sooner, uses less energy (measured: -61 % and -36 %; the paper: -68 % and -38 %); the bounds
+    below are the directions with half the measured margins."""
+    two = "sweep={scheduler.name: [batch, hybrid], workload.generator.mean_interarrival_s: [0.71]}"
     rows = _run(tmp_path, "paper003-compare-100.yaml", "--set", two)
     batch, hybrid = (next(r for n, r in rows.items() if n.startswith(s)) for s in ("batch", "hybrid"))
     assert int(batch["jobs_completed"]) == int(hybrid["jobs_completed"]) == 100
-    assert float(hybrid["mean_response_time_s"]) < 0.8 * float(batch["mean_response_time_s"])
-    assert float(hybrid["energy_j"]) < 0.9 * float(batch["energy_j"])
+    assert float(hybrid["mean_response_time_s"]) < 0.7 * float(batch["mean_response_time_s"])
+    assert float(hybrid["energy_j"]) < 0.82 * float(batch["energy_j"])
 
 
 def test_paper000_admission_at_9_to_1_in_the_simulator(tmp_path):
