@@ -200,12 +200,10 @@ def nas_doc(kernel: str, npb_class: str, ranks: int, reps: int) -> dict:
     }
 
 
-def measure_nas(base: Path, npb_class: str, ranks: int, reps: int, out: dict) -> None:
-    from testbed.apps.nas.kind import KERNELS
-
+def measure_nas(base: Path, kernels: list[str], npb_class: str, ranks: int, reps: int, out: dict) -> None:
     from testbed.core import events as ev
 
-    for kernel in KERNELS:
+    for kernel in kernels:
         key = f"nas_{kernel}_ratio"
         say(f"\n== NAS {kernel.upper()}.{npb_class} on {ranks} ranks alone, {reps} jobs: real / simulated ==")
         doc = nas_doc(kernel, npb_class, ranks, reps)
@@ -248,6 +246,7 @@ def main() -> None:
     ap.add_argument("--only", default="", help="any of bsp, quickstart, nas (comma-separated)")
     ap.add_argument("--nas-class", default="A", help="the NAS kernels' class")
     ap.add_argument("--nas-ranks", type=int, default=4, help="the NAS kernels' rank count")
+    ap.add_argument("--nas-kernels", default="ep,is,cg,mg,ft", help="which NAS kernels")
     ap.add_argument("--keep", type=Path, help="keep the run folders here instead of a temporary folder")
     a = ap.parse_args()
     parts = [p for p in a.only.split(",") if p] or ["bsp", "quickstart", "nas"]
@@ -272,7 +271,7 @@ def main() -> None:
         if "quickstart" in parts:
             measure_quickstart(base, a.reps, out)
         if "nas" in parts:
-            measure_nas(base, a.nas_class, a.nas_ranks, a.reps, out)
+            measure_nas(base, a.nas_kernels.split(","), a.nas_class, a.nas_ranks, a.reps, out)
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -3,7 +3,8 @@
 ``python benchmarks/mpi_bench.py [--only latency,link,start,fidelity] [--rounds 1000] [--keep DIR]``
 
 * latency: tests/programs/pingpong.py (1-byte Send/Recv ping-pong, median one-way of ``--rounds``; and
-  the median Barrier) on 2 ranks, inside the testbed (2 nodes, ``latency_us: 0``, TDF 1, NLS: every
+  the median Barrier) on 2 ranks, direct (the job spins: MPI's own calls) and mirrored (it blocks, the
+  default: each message through tbcomm), inside the testbed (2 nodes, ``latency_us: 0``, TDF 1, NLS: every
   process runs) against plain ``mpiexec -n 2`` on the same host. Target: one-way <= 2x plain mpiexec's.
 * link: the same ping-pong across two nodes with ``latency_us: 100`` (TDF 1: emulated = real).
   Target: 100 us +- 10 % one way.
@@ -69,30 +70,35 @@ def _mpi(job: str, size: int, program: str, *args, submit: float = 0.0) -> dict:
     return {"id": job, "size": size, "submit_s": submit, "app": app}
 
 
-def _pingpong(latency_us: float, rounds: int) -> dict:
-    """2 nodes, TDF 1 (emulated = real), NLS (every process runs), the ping-pong program."""
+def _pingpong(latency_us: float, rounds: int, wait_mode: str = "block") -> dict:
+    """2 nodes, TDF 1 (emulated = real), NLS (every process runs), the ping-pong program; a job that
+    spins on an ideal network runs MPI direct, any other mirrored (apps/mpi_wrap.py)."""
+    job = _mpi("pp", 2, "pingpong.py", rounds, 1)
+    job["app"]["wait_mode"] = wait_mode
     return {
         "cluster": {"nodes": 2, "network": {"latency_us": latency_us}},
         "clock": {"tdf": 1, "rate_probe_s": 0.3},
         "scheduler": {"name": "local"},
-        "workload": {"jobs": [_mpi("pp", 2, "pingpong.py", rounds, 1)]},
+        "workload": {"jobs": [job]},
     }
 
 
 def bench_latency(tmp: Path, rounds: int) -> dict:
     cmd = [str(BIN / "mpiexec"), "-n", "2", sys.executable, str(PROGRAMS / "pingpong.py"), str(rounds), "1"]
     plain = json.loads(subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout)
-    doc = _pingpong(0, rounds)
-    out = _run(tmp, "latency", doc)
-    tb = json.loads((out / "logs" / "pp.0.out").read_text())
-    return {
+    fig = {
         "plain_mpiexec_one_way_us": plain["one_way_us_median"],
-        "testbed_one_way_us": tb["one_way_us_median"],
-        "one_way_ratio": tb["one_way_us_median"] / plain["one_way_us_median"],
         "plain_mpiexec_barrier_us": plain["barrier_us_median"],
-        "testbed_barrier_us": tb["barrier_us_median"],
-        "barrier_ratio": tb["barrier_us_median"] / plain["barrier_us_median"],
     }
+    # "direct": a job that spins (MPI's own calls); "mirrored": one that blocks, the default.
+    for name, mode in (("direct", "spin"), ("mirrored", "block")):
+        out = _run(tmp, f"latency-{name}", _pingpong(0, rounds, mode))
+        tb = json.loads((out / "logs" / "pp.0.out").read_text())
+        fig[f"testbed_{name}_one_way_us"] = tb["one_way_us_median"]
+        fig[f"{name}_one_way_ratio"] = tb["one_way_us_median"] / plain["one_way_us_median"]
+        fig[f"testbed_{name}_barrier_us"] = tb["barrier_us_median"]
+        fig[f"{name}_barrier_ratio"] = tb["barrier_us_median"] / plain["barrier_us_median"]
+    return fig
 
 
 def bench_link(tmp: Path, rounds: int) -> dict:
