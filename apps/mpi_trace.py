@@ -155,6 +155,9 @@ class Recorder:
         now = time.thread_time()
         if now > self.mark:
             self.ops.append(["c", now - self.mark])
+        # A call noted in two parts (Sendrecv: its send, then its receive) counts the CPU before it once;
+        # it used to count it twice (NAS CG: 1.2-1.3 s per rank recorded, 0.87-0.97 s measured whole).
+        self.mark = now
 
     def done(self) -> None:
         self.mark = time.thread_time()
