@@ -43,10 +43,15 @@ def cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "testbed" / "mpi-traces"
 
 
+#: The recorder's version, part of a trace's key: a trace recorded by an older recorder is recorded again
+#: (2: a Sendrecv's CPU before it counted once, not twice).
+RECORDER_VERSION = 2
+
+
 def trace_key(program: str, args: tuple[str, ...], size: int) -> str:
     h = hashlib.sha256()
     h.update(Path(program).read_bytes())
-    h.update(json.dumps([list(args), size]).encode())
+    h.update(json.dumps([list(args), size, RECORDER_VERSION]).encode())
     return h.hexdigest()[:24]
 
 

@@ -28,7 +28,7 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from testbed.apps.mpi_trace import record
+from testbed.apps.mpi_trace import RECORDER_VERSION, record
 from testbed.apps.nas.kind import KERNELS, MODELS, NasConfig, kernel_sha256, measured, model_path
 from testbed.apps.profiles import PROFILES
 from testbed.apps.synthetic import SyntheticConfig, messages_per_iteration
@@ -83,6 +83,7 @@ def record_one(kernel: str, npb_class: str, size: int, timeout: float) -> dict:
         "class": npb_class,
         "size": size,
         "program_sha256": kernel_sha256(kernel),
+        "recorder": RECORDER_VERSION,
         "recorded_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "host": f"{platform.machine()}, {os.cpu_count()} CPUs",
         "recorded_s": round(took, 2),

@@ -8,9 +8,9 @@ deciding whether the job completes.
 In the simulator it replays the kernel's measured model: the trace of the kernel run on real processes
 (apps/mpi_trace.py's format: each rank's CPU between MPI calls, and the calls), recorded by
 ``benchmarks/mpi_profiles.py`` per kernel, class and rank count and kept in ``apps/nas/models/`` with the
-SHA-256 of the kernel file it was recorded from. A model of another version of the kernel, or of a rank
-count not recorded, is not used: the kernel is then recorded on first use, as a user's program is (and
-the run says so on stderr).
+SHA-256 of the kernel file it was recorded from and the recorder's version. A model of another version of
+the kernel or of the recorder, or of a rank count not recorded, is not used: the kernel is then recorded
+on first use, as a user's program is (and the run says so on stderr).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 from testbed.apps.base import JobPlan, MessagingConfig, Shape
 from testbed.apps.mpi import Mpi
+from testbed.apps.mpi_trace import RECORDER_VERSION
 
 HERE = Path(__file__).parent
 #: Kernel name (as scenarios and NPB name it) -> its file here.
@@ -80,7 +81,7 @@ def measured(kernel: str, npb_class: str, size: int) -> list[list] | None:
     if not path.is_file():
         return None
     doc = json.loads(gzip.decompress(path.read_bytes()))
-    if doc.get("program_sha256") != kernel_sha256(kernel):
+    if doc.get("program_sha256") != kernel_sha256(kernel) or doc.get("recorder") != RECORDER_VERSION:
         return None
     return doc["ranks"]
 
