@@ -121,7 +121,8 @@ def _merge(rows: list[dict]) -> list[dict]:
         kept = merged.get(key(r), {})
         # A model kept from before (--missing) may not say how long it took: the table still does.
         merged[key(r)] = {**r, "recorded_s": r["recorded_s"] or kept.get("recorded_s", "")}
-    return [merged[k] for k in sorted(merged)]
+    # Only rows of models kept for the kernels as they are now: the table describes apps/nas/models/.
+    return [merged[k] for k in sorted(merged) if measured(*k) is not None]
 
 
 def main() -> int:

@@ -87,3 +87,43 @@ def test_kill_9_of_the_driver_leaves_no_container(scenario_file, tmp_path):
         time.sleep(0.2)
     assert _containers(ids) == [], "the janitor left containers"
     print(f"\nkill -9 of the driver: no worker, cgroup or container {time.monotonic() - t_kill:.2f} s later")
+
+
+@needs_docker
+def test_mpi_ranks_run_inside_their_nodes_containers(scenario_file, tmp_path):
+    # The mpi kind in the docker envelope (issue 20): each rank is forked inside its node's container and
+    # the job completes; where.py reports its cgroups from inside.
+    programs = ROOT / "tests" / "programs"
+    doc = {
+        "name": "mpi-docker",
+        "cluster": {"nodes": 2, "envelope": "docker"},
+        "clock": {"rate_probe_s": 0.3},
+        "scheduler": {"name": "batch"},
+        "monitoring": {"enabled": False},
+        "workload": {
+            "jobs": [
+                {"id": "where", "size": 2, "app": {"kind": "mpi", "program": str(programs / "where.py")}},
+                {
+                    "id": "ring",
+                    "size": 2,
+                    "app": {
+                        "kind": "mpi",
+                        "program": str(programs / "ring_allreduce.py"),
+                        "args": ["4", "10"],
+                    },
+                },
+            ]
+        },
+    }
+    out = tmp_path / "out"
+    p = subprocess.run(
+        [sys.executable, "-m", "testbed.cli", "run", str(scenario_file(doc)), "--out", str(out), "-q"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = _jobs(out)
+    assert {r["final_state"] for r in rows.values()} == {results.FinalState.COMPLETED}, rows
+    for rank in range(2):
+        where = json.loads((out / "logs" / f"where.{rank}.out").read_text())
+        assert any("docker" in c for c in where["cgroups"]), where["cgroups"]
+    assert wait_clean(out) == ([], []) and _containers(run_ids(out)) == []
