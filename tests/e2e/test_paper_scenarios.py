@@ -62,12 +62,13 @@ def _paper003_grid(rows: dict) -> None:
 
 def test_paper003_compare_in_the_simulator(tmp_path):
     """Its NAS kernels' jobs (replayed from their measured models) under batch and HYBRID at heavy load,
-    energy from the paper's model: time sharing completes them sooner (measured: -40 %)."""
+    energy from the paper's model: time sharing completes them sooner (measured: -31 %; the bound is half
+    of it)."""
     two = "sweep={scheduler.name: [batch, hybrid], workload.generator.mean_interarrival_s: [0.25]}"
     rows = _run(tmp_path, "paper003-compare.yaml", "--set", two)
     _paper003_grid(rows)
     batch, hybrid = (next(r for n, r in rows.items() if n.startswith(s)) for s in ("batch", "hybrid"))
-    assert float(hybrid["mean_response_time_s"]) < 0.8 * float(batch["mean_response_time_s"])
+    assert float(hybrid["mean_response_time_s"]) < 0.85 * float(batch["mean_response_time_s"])
 
 
 @pytest.mark.extended
