@@ -167,7 +167,7 @@ def _head(cfg: MpiConfig, ctx) -> None:
 
     n = ctx.size - 1
     host = (NodeEnv.from_env().node_nic or "127.0.0.1:0").rpartition(":")[0] or "127.0.0.1"
-    server = PmiServer(n, host, cfg.init_timeout_s * ctx.tdf)
+    server = PmiServer(n, host, cfg.init_timeout_s * ctx.tdf, kvsname=f"tb-{ctx.job}-{os.getpid()}")
     try:
         comm = ctx.connect()
         for r in range(n):

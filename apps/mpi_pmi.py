@@ -81,7 +81,10 @@ class PmiServer:
     """Serves one job's ``size`` ranks until every rank has called MPI_Finalize (:meth:`serve` returns)
     or the job fails (:class:`PmiFailure`)."""
 
-    def __init__(self, size: int, host: str, init_timeout_real_s: float, kvsname: str = "kvs_0") -> None:
+    def __init__(self, size: int, host: str, init_timeout_real_s: float, kvsname: str) -> None:
+        """``kvsname``: the job's key-value space, unique on the host: MPICH names its shared memory
+        segments after it and the rank (``/dev/shm/mpich_shm_<hash>_<rank>``), so two jobs of one name
+        running at once share rank k's segment and crash (SIGSEGV, NLS on real processes)."""
         self.size = size
         self.kvsname = kvsname
         # Every rank on a node of its own: MPICH then uses its network module between them, as between

@@ -23,6 +23,7 @@ and says so on stderr.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import subprocess
@@ -34,6 +35,8 @@ from pathlib import Path
 
 from testbed.apps.environ import TRACE_PARENT
 
+#: Numbers this process's recordings (their PMI key-value spaces must differ: apps/mpi_pmi.py).
+_RECORDINGS = itertools.count()
 #: Real seconds a recording may take before it is given up (its processes killed).
 RECORD_TIMEOUT_S = 600.0
 
@@ -84,7 +87,7 @@ def load_or_record(program: str, args: tuple[str, ...], size: int) -> list[list]
 def record(program: str, args: tuple[str, ...], size: int, timeout: float = RECORD_TIMEOUT_S) -> list[list]:
     from testbed.apps.mpi_pmi import PmiFailure, PmiServer
 
-    server = PmiServer(size, "127.0.0.1", timeout)
+    server = PmiServer(size, "127.0.0.1", timeout, kvsname=f"tb-record-{os.getpid()}-{next(_RECORDINGS)}")
     failure: list[str] = []
 
     def serve():

@@ -56,7 +56,7 @@ def _serve(server: PmiServer) -> tuple[threading.Thread, list]:
 
 
 def test_pmi_server_bootstraps_and_finishes_a_job_as_mpich_asks():
-    server = PmiServer(2, "127.0.0.1", 10.0)
+    server = PmiServer(2, "127.0.0.1", 10.0, "kvs-test")
     th, errors = _serve(server)
     try:
         a, b = _Client(server.address, 0), _Client(server.address, 1)
@@ -91,7 +91,7 @@ def test_pmi_server_bootstraps_and_finishes_a_job_as_mpich_asks():
 
 
 def test_pmi_server_names_the_rank_that_never_reaches_mpi_init_and_tells_the_others():
-    server = PmiServer(2, "127.0.0.1", 0.3)
+    server = PmiServer(2, "127.0.0.1", 0.3, "kvs-test")
     th, errors = _serve(server)
     try:
         a, _b = _Client(server.address, 0), _Client(server.address, 1)
@@ -106,7 +106,7 @@ def test_pmi_server_names_the_rank_that_never_reaches_mpi_init_and_tells_the_oth
 
 
 def test_pmi_server_fails_the_job_on_abort_and_on_a_rank_gone_before_finalize():
-    server = PmiServer(2, "127.0.0.1", 10.0)
+    server = PmiServer(2, "127.0.0.1", 10.0, "kvs-test")
     th, errors = _serve(server)
     try:
         a = _Client(server.address, 1)
@@ -117,7 +117,7 @@ def test_pmi_server_fails_the_job_on_abort_and_on_a_rank_gone_before_finalize():
         )
     finally:
         server.close()
-    server = PmiServer(2, "127.0.0.1", 10.0)
+    server = PmiServer(2, "127.0.0.1", 10.0, "kvs-test")
     th, errors = _serve(server)
     try:
         _Client(server.address, 0).close()
