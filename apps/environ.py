@@ -52,6 +52,9 @@ KEY = "TB_KEY"
 #: trace recording's parent, whose ranks die with it (apps/mpi_trace.py).
 PMI_DEBUG = "TB_PMI_DEBUG"
 TRACE_PARENT = "TB_TRACE_PARENT"
+#: MPICH's setting that makes every other rank a remote one: each rank is on a node of its own, and the
+#: /dev/shm segments MPICH would make otherwise outlive a rank that is killed (apps/mpi.py).
+MPICH_NO_LOCAL = "MPIR_CVAR_NOLOCAL"
 LINK_LATENCY_S = "TB_LINK_LATENCY_S"
 LINK_BANDWIDTH_BPS = "TB_LINK_BANDWIDTH_BPS"
 #: The marks of every process of a run, which the janitor looks for in /proc/<pid>/environ.

@@ -40,7 +40,7 @@ from testbed.apps.base import (
     Send,
     SimContext,
 )
-from testbed.apps.environ import JobEnv, NodeEnv
+from testbed.apps.environ import MPICH_NO_LOCAL, JobEnv, NodeEnv
 
 if getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", "").endswith(
     "mechanism.forkserver"
@@ -51,8 +51,6 @@ if getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", "").e
 
     preload_mpi()
 
-#: MPICH's setting that makes every other rank a remote one (no shared memory segments).
-NO_LOCAL = "MPIR_CVAR_NOLOCAL"
 #: The tbcomm tag of the head's message telling each rank where the PMI server listens.
 TAG_PMI = 0
 #: Each rank's running count of the collectives of COMM_WORLD it has completed (apps/mpi_wrap.py), as
@@ -205,7 +203,7 @@ def _rank(cfg: MpiConfig, ctx) -> None:
     os.environ.update(PMI_FD=str(sock.fileno()), PMI_RANK=str(ctx.rank), PMI_SIZE=str(head))
     # Every rank is on a node of its own (PMI_process_mapping): MPICH needs no shared memory between
     # them, and the segments it makes anyway (/dev/shm/mpich_shm_*) outlive a rank that is killed.
-    os.environ.setdefault(NO_LOCAL, "1")
+    os.environ.setdefault(MPICH_NO_LOCAL, "1")
     if (mpi_wrap.link_note() or not comm._standing) and JobEnv.from_env().wait_mode in (
         "block",
         "spin-block",

@@ -33,8 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from testbed.apps.environ import TRACE_PARENT
-from testbed.apps.mpi import NO_LOCAL
+from testbed.apps.environ import MPICH_NO_LOCAL, TRACE_PARENT
 
 #: Numbers this process's recordings (their PMI key-value spaces must differ: apps/mpi_pmi.py).
 _RECORDINGS = itertools.count()
@@ -106,7 +105,7 @@ def record(program: str, args: tuple[str, ...], size: int, timeout: float = RECO
                 cmd = [sys.executable, "-m", "testbed.apps.mpi_trace", server.address, str(r), str(size),
                        f"{tmp}/rank{r}.json", str(program), *args]  # fmt: skip
                 err = open(f"{tmp}/rank{r}.err", "w")  # noqa: SIM115 - closed with the process below
-                env = {**os.environ, TRACE_PARENT: str(os.getpid()), NO_LOCAL: "1"}  # as a real run's
+                env = {**os.environ, TRACE_PARENT: str(os.getpid()), MPICH_NO_LOCAL: "1"}  # as a real run's
                 if size > (os.cpu_count() or 1):
                     # More ranks than cores: MPICH's busy-polling rank would hold a core its peer needs
                     # for the message it waits for (IS class A on 8 ranks, 2 cores: minutes instead of
