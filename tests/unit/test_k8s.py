@@ -91,10 +91,13 @@ def test_every_shipped_scenario_renders_to_valid_manifests(path, tmp_path):
     assert "scenario.yaml" in cms["testbed-scenario"]["data"]
     if scn.workload.trace is not None:
         assert set(cms["testbed-scenario"]["binaryData"]) == {Path(scn.workload.trace.path).name}
-    # One emulated node per worker pod (and one for a head node: paper 001's divisible-load head); every
-    # pod has the named metrics port the scenario binds; each worker pod offers one agent process's place.
+    # One emulated node per worker pod (and one for a head node: paper 001's divisible-load head, an MPI
+    # job's process manager); every pod has the named metrics port the scenario binds; each worker pod
+    # offers one agent process's place.
     (group,) = job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
-    pods = scn.cluster.nodes + (1 if scn.workload.divisible is not None else 0)
+    from testbed.scenario.workload import build
+
+    pods = scn.cluster.nodes + (1 if any(j.kind.head for j in build(scn)) else 0)
     assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == pods
     assert json.loads(group["rayStartParams"]["resources"]) == {"testbed_node": 1}
     # A scenario without monitoring gets no PodMonitor and no dashboards: nothing would be scraped.
