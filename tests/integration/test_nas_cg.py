@@ -5,43 +5,20 @@ rank count that is not a power of two is refused."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from ..conftest import requires
+from .nas_support import mpiexec, needs_mpiexec, verifies
 
 CG = Path(__file__).resolve().parents[2] / "apps" / "nas" / "cg.py"
 
-needs_mpiexec = requires(shutil.which("mpiexec") is not None, "no mpiexec on PATH (MPICH)")
 
-REPORT = re.compile(
-    r"NAS CG class (\w): (\d+) ranks, ([0-9.]+) s, ([0-9.]+) Mop/s total, verification SUCCESSFUL"
-)
 ZETA = re.compile(r"NAS CG class (\w): zeta = ([0-9.]+),")
 
 
-def _mpiexec(ranks: int, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["mpiexec", "-n", str(ranks), sys.executable, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def _verifies(cls: str, ranks: int, zeta: float, timeout: float = 120) -> None:
-    p = _mpiexec(ranks, str(CG), cls, timeout=timeout)
-    assert p.returncode == 0, p.stdout + p.stderr
-    reports = REPORT.findall(p.stdout)
-    # Rank 0 alone reports, once, for the class and rank count asked for.
-    assert len(reports) == 1, p.stdout + p.stderr
-    got_cls, got_ranks, seconds, mops = reports[0]
-    assert (got_cls, int(got_ranks)) == (cls, ranks)
-    assert float(seconds) > 0 and float(mops) > 0
+    p = verifies("CG", cls, ranks, timeout)
     # NPB prints zeta to 13 decimals; its verification value has 13 significant digits.
     (printed,) = ZETA.findall(p.stdout)
     assert printed[0] == cls and abs(float(printed[1]) - zeta) <= 1e-10 * zeta, p.stdout
@@ -65,7 +42,7 @@ def test_a_wrong_verification_value_fails_the_run_naming_kernel_class_and_value(
         f"cg.ZETA['S'] = {wrong!r}\n"
         "cg.main(['cg', 'S'])\n"
     )
-    p = _mpiexec(2, str(prog))
+    p = mpiexec(2, str(prog))
     out = p.stdout + p.stderr
     assert p.returncode != 0, out
     assert "verification SUCCESSFUL" not in out
@@ -78,7 +55,7 @@ def test_a_wrong_verification_value_fails_the_run_naming_kernel_class_and_value(
 
 @needs_mpiexec
 def test_a_rank_count_that_is_not_a_power_of_two_is_refused():
-    p = _mpiexec(3, str(CG), "S", timeout=60)
+    p = mpiexec(3, str(CG), "S", timeout=60)
     assert p.returncode != 0, p.stdout + p.stderr
     assert "error: NAS CG: 3 ranks; use a power of two" in p.stderr, p.stderr
     assert "NAS CG class" not in p.stdout

@@ -3,48 +3,18 @@ NPB's checksums for every step, and a wrong verification value fails the run wit
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from ..conftest import requires
+from .nas_support import mpiexec, needs_mpiexec, verifies
 
 FT = Path(__file__).resolve().parents[2] / "apps" / "nas" / "ft.py"
-
-needs_mpiexec = requires(shutil.which("mpiexec") is not None, "no mpiexec on PATH (MPICH)")
-
-REPORT = re.compile(
-    r"NAS FT class (\w): (\d+) ranks, ([0-9.]+) s, ([0-9.]+) Mop/s total, verification SUCCESSFUL"
-)
-
-
-def _mpiexec(ranks: int, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["mpiexec", "-n", str(ranks), sys.executable, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def _verifies(cls: str, ranks: int, timeout: float = 120) -> None:
-    p = _mpiexec(ranks, str(FT), cls, timeout=timeout)
-    assert p.returncode == 0, p.stdout + p.stderr
-    reports = REPORT.findall(p.stdout)
-    # Rank 0 alone reports, once, for the class and rank count asked for.
-    assert len(reports) == 1, p.stdout + p.stderr
-    got_cls, got_ranks, seconds, mops = reports[0]
-    assert (got_cls, int(got_ranks)) == (cls, ranks)
-    assert float(seconds) > 0 and float(mops) > 0
 
 
 @needs_mpiexec
 def test_class_s_verifies_on_two_ranks():
-    _verifies("S", 2)
+    verifies("FT", "S", 2)
 
 
 @needs_mpiexec
@@ -60,7 +30,7 @@ def test_a_wrong_verification_value_fails_the_run_naming_kernel_class_and_value(
         f"ft.VERIFY['S'][2] = complex({wrong!r}, ft.VERIFY['S'][2].imag)\n"
         "ft.main(['ft', 'S'])\n"
     )
-    p = _mpiexec(2, str(prog))
+    p = mpiexec(2, str(prog))
     out = p.stdout + p.stderr
     assert p.returncode != 0, out
     assert "verification SUCCESSFUL" not in out
@@ -75,11 +45,11 @@ def test_a_wrong_verification_value_fails_the_run_naming_kernel_class_and_value(
 @needs_mpiexec
 @pytest.mark.parametrize("ranks", [1, 4, 16])
 def test_class_w_verifies(ranks):
-    _verifies("W", ranks, timeout=300)
+    verifies("FT", "W", ranks, timeout=300)
 
 
 @pytest.mark.extended
 @needs_mpiexec
 def test_class_b_verifies_on_four_ranks():
     # 512x256x256, 20 steps: about 30 s and 1 GB a rank on 2 shared cores.
-    _verifies("B", 4, timeout=600)
+    verifies("FT", "B", 4, timeout=600)

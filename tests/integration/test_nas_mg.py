@@ -4,50 +4,22 @@ verifies against NPB's value, and a wrong verification value fails the run with 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from ..conftest import requires
+from .nas_support import mpiexec, needs_mpiexec, verifies
 
 MG = Path(__file__).resolve().parents[2] / "apps" / "nas" / "mg.py"
 
-needs_mpiexec = requires(shutil.which("mpiexec") is not None, "no mpiexec on PATH (MPICH)")
-
-REPORT = re.compile(
-    r"NAS MG class (\w): (\d+) ranks, ([0-9.]+) s, ([0-9.]+) Mop/s total, verification SUCCESSFUL"
-)
 
 #: NPB's class S value (mg.py's own table is what is under test, so it is not read from there).
 S_NORM = 0.5307707005734e-04
 
 
-def _mpiexec(ranks: int, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["mpiexec", "-n", str(ranks), sys.executable, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def _verifies(cls: str, ranks: int, timeout: float = 120) -> None:
-    p = _mpiexec(ranks, str(MG), cls, timeout=timeout)
-    assert p.returncode == 0, p.stdout + p.stderr
-    reports = REPORT.findall(p.stdout)
-    # Rank 0 alone reports, once, for the class and rank count asked for.
-    assert len(reports) == 1, p.stdout + p.stderr
-    got_cls, got_ranks, seconds, mops = reports[0]
-    assert (got_cls, int(got_ranks)) == (cls, ranks)
-    assert float(seconds) > 0 and float(mops) > 0
-
-
 @needs_mpiexec
 def test_class_s_verifies_on_two_ranks():
-    _verifies("S", 2)
+    verifies("MG", "S", 2)
 
 
 @needs_mpiexec
@@ -62,7 +34,7 @@ def test_a_wrong_verification_value_fails_the_run_naming_kernel_class_and_value(
         f"mg.VERIFY['S'] = {wrong!r}\n"
         "mg.main(['mg', 'S'])\n"
     )
-    p = _mpiexec(2, str(prog))
+    p = mpiexec(2, str(prog))
     out = p.stdout + p.stderr
     assert p.returncode != 0, out
     assert "verification SUCCESSFUL" not in out
@@ -82,28 +54,28 @@ def test_a_wrong_verification_value_fails_the_run_naming_kernel_class_and_value(
 @needs_mpiexec
 @pytest.mark.parametrize("ranks", [1, 4, 16])
 def test_class_w_verifies(ranks):
-    _verifies("W", ranks, timeout=300)
+    verifies("MG", "W", ranks, timeout=300)
 
 
 @pytest.mark.extended
 @needs_mpiexec
 def test_class_b_verifies_on_four_ranks():
     # Class B is A's grid with 20 iterations and NPB's S(b) smoother; about 15 s on 2 shared cores.
-    _verifies("B", 4, timeout=600)
+    verifies("MG", "B", 4, timeout=600)
 
 
 @pytest.mark.extended
 @needs_mpiexec
 def test_class_s_verifies_on_sixteen_ranks():
     # 16 ranks of 2 planes each: every level below the finest is held whole on every rank.
-    _verifies("S", 16)
+    verifies("MG", "S", 16)
 
 
 @pytest.mark.extended
 @needs_mpiexec
 @pytest.mark.parametrize("ranks", [3, 32])
 def test_a_rank_count_not_a_power_of_two_up_to_16_is_refused_in_one_line(ranks):
-    p = _mpiexec(ranks, str(MG), "S", timeout=120)
+    p = mpiexec(ranks, str(MG), "S", timeout=120)
     assert p.returncode != 0
     assert p.stderr.count("error: NAS MG:") == 1, p.stderr
     assert f"{ranks} ranks; use a power of two" in p.stderr
