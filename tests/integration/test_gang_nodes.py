@@ -87,12 +87,16 @@ def test_gang_time_slices_two_full_size_jobs(tmp_path):
             # (1.304-1.317 s) on the merged tree, quiet host (.ci/run) and load 15-20 alike (~30 ms per
             # rank; where the extra 20 ms comes from is not yet known): 12 % bounds what was seen.
             assert 4 * ideal <= r["cpu_time"] <= 4 * ideal * 1.12, r
-        switches = [e for e in events if e["kind"] == ev.SLOT_SWITCH]
+        # Every slot that began while a job ran switched all 4 nodes. A slot planned for after the last
+        # job's end (a switch the policy had sent before the job finished) is cut short by the run's
+        # teardown on some nodes and not others: seen once in 8 runs, and not a switch that mattered.
+        end = max(e["t"] for e in events if e["kind"] == ev.JOB_FINISHED)
         per_slot = {}
-        for e in switches:
-            per_slot.setdefault(e["slot"], set()).add(e["node"])
+        for e in events:
+            if e["kind"] == ev.SLOT_SWITCH and e["at"] < end:
+                per_slot.setdefault(e["slot"], set()).add(e["node"])
         assert len(per_slot) >= 8
-        assert all(len(nodes) == 4 for nodes in per_slot.values())
+        assert all(len(nodes) == 4 for nodes in per_slot.values()), per_slot
         return results.slot_skews_ms(events)
 
     measured(
