@@ -18,8 +18,9 @@ A :class:`Scheduler` bundles the two under one registered name.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -28,6 +29,26 @@ from .params import PolicyConfigError, PolicyParams  # noqa: F401 - the policies
 
 # --------------------------------------------------------------------------------------------------------
 # What the policies see
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node as the policies see it: its CPU rate and its memory. Nodes of a cluster may differ
+    (the scenario's ``cluster.groups``); the owner hands every policy its nodes' descriptions when it makes
+    it (:meth:`Scheduler.make_global`, :meth:`Scheduler.make_local`)."""
+
+    #: CPU speed as a fraction of a rate-1.0 CPU: a process alone on the node does ``rate`` CPU-seconds
+    #: of rate-1.0 work per emulated second (a work unit takes 1 / rate ms).
+    rate: float = 1.0
+    #: The node's memory in MB; None when unknown (no memory-aware allocation).
+    memory_mb: float | None = None
+
+    def __post_init__(self) -> None:
+        r, m = self.rate, self.memory_mb
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r < math.inf:
+            raise ValueError(f"node rate: needs a number > 0, got {r!r}")
+        if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 < m < math.inf):
+            raise ValueError(f"node memory: needs a number of MB > 0 or None, got {m!r}")
 
 
 @dataclass(frozen=True)
@@ -189,9 +210,14 @@ class GlobalPolicy(ABC):
     #: arrives, so admitted and rejected jobs add up to the jobs that arrived.
     admits_at_start: ClassVar[bool] = False
 
-    #: Memory of one node in MB, or None when unknown (no memory-aware allocation). The owner sets it
-    #: through :meth:`set_node_memory` right after construction, before the first job arrives.
+    #: Memory of the smallest node in MB, or None when some node's is unknown (no memory-aware
+    #: allocation); each node's own is in :attr:`node_info`.
     node_memory_mb: float | None = None
+
+    #: Each node's rate and memory, node i at index i: all rate 1.0 with unknown memory until the owner
+    #: tells the policy its cluster (:meth:`set_nodes`, called by :meth:`Scheduler.make_global`), right
+    #: after construction and before the first job arrives.
+    node_info: tuple[NodeInfo, ...] = ()
 
     #: The scheduler's validated parameters, an instance of its ``Params`` model
     #: (:meth:`Scheduler.make_global`); a policy narrows the annotation to the model it reads
@@ -202,6 +228,7 @@ class GlobalPolicy(ABC):
         self.nodes = nodes
         self.params = _params.given(params)
         self.seed = seed
+        self.node_info = (NodeInfo(),) * nodes
         #: Nodes that are down now (:meth:`node_down`); a policy must not place a job on one.
         self.down: set[int] = set()
 
@@ -222,11 +249,21 @@ class GlobalPolicy(ABC):
         self.down.discard(node)
         return []
 
+    def set_nodes(self, info: Sequence[NodeInfo]) -> None:
+        """Tells the policy each node's rate and memory (node i at index i, one entry per node)."""
+        info = tuple(info)
+        if len(info) != self.nodes or not all(isinstance(i, NodeInfo) for i in info):
+            raise ValueError(f"node info: needs one NodeInfo per node ({self.nodes}), got {info!r}")
+        self.node_info = info
+        mems = [i.memory_mb for i in info]
+        self.node_memory_mb = None if None in mems else float(min(mems))
+
     def set_node_memory(self, mb: float | None) -> None:
-        """Tells the policy how much memory (MB) each node has; None disables memory checks."""
+        """Tells the policy that every node has ``mb`` MB of memory (rates kept); None disables memory
+        checks."""
         if mb is not None and (isinstance(mb, bool) or not isinstance(mb, (int, float)) or not mb > 0):
             raise ValueError(f"node memory: needs a number of MB > 0 or None, got {mb!r}")
-        self.node_memory_mb = None if mb is None else float(mb)
+        self.set_nodes([NodeInfo(i.rate, None if mb is None else float(mb)) for i in self.node_info])
 
     def utilization(
         self, now: float, job_id: str, rank: int, util: float, interval: float
@@ -382,6 +419,10 @@ class LocalPolicy(ABC):
     #: The scheduler's validated parameters (:attr:`GlobalPolicy.params`).
     params: PolicyParams
 
+    #: This node's rate and memory; the owner sets it (:meth:`Scheduler.make_local`) right after
+    #: construction, before the first event.
+    info: NodeInfo = NodeInfo()
+
     def __init__(self, node: int, params: PolicyParams | Mapping[str, Any], seed: int = 0) -> None:
         self.node = node
         self.params = _params.given(params)
@@ -467,14 +508,32 @@ class Scheduler:
         return cls.parse_params(params).model_dump()
 
     @classmethod
-    def make_global(cls, nodes: int, params: Mapping[str, Any] | PolicyParams, seed: int) -> GlobalPolicy:
-        """The global policy, given the scenario's ``scheduler.params`` (validated here)."""
-        return cls.global_policy(nodes, cls.parse_params(params), seed)
+    def make_global(
+        cls,
+        nodes: int,
+        params: Mapping[str, Any] | PolicyParams,
+        seed: int,
+        info: Sequence[NodeInfo] | None = None,
+    ) -> GlobalPolicy:
+        """The global policy, given the scenario's ``scheduler.params`` (validated here) and each node's
+        rate and memory (``info``, one per node; None: rate 1.0, memory unknown)."""
+        policy = cls.global_policy(nodes, cls.parse_params(params), seed)
+        if info is not None:
+            policy.set_nodes(info)
+        return policy
 
     @classmethod
-    def make_local(cls, node: int, params: Mapping[str, Any] | PolicyParams, seed: int) -> LocalPolicy:
-        """Node ``node``'s local policy, given the scenario's ``scheduler.params`` (validated here)."""
-        return cls.local_policy(node, cls.parse_params(params), seed)
+    def make_local(
+        cls, node: int, params: Mapping[str, Any] | PolicyParams, seed: int, info: NodeInfo | None = None
+    ) -> LocalPolicy:
+        """Node ``node``'s local policy, given the scenario's ``scheduler.params`` (validated here) and the
+        node's rate and memory (``info``; None: rate 1.0, memory unknown)."""
+        policy = cls.local_policy(node, cls.parse_params(params), seed)
+        if info is not None:
+            if not isinstance(info, NodeInfo):
+                raise ValueError(f"node info: needs a NodeInfo, got {info!r}")
+            policy.info = info
+        return policy
 
 
 def job_wait(

@@ -396,14 +396,10 @@ class TwoDcsGlobal(GlobalPolicy):
         periods = [list(p) for p in self.periods]
         nodes: list[int | None] = [None] * job.size
         used = list(self.mem.used)
-        cap = self.mem.capacity
+        limit = self.mem.limit
         order = sorted(range(job.size), key=lambda r: (-rt.work_s[r], r))
         for rank in order:
-            up = [
-                i
-                for i in range(self.nodes)
-                if i not in self.down and (cap is None or used[i] + job.memory_mb <= cap * (1 + 1e-12))
-            ]
+            up = [i for i in range(self.nodes) if i not in self.down and used[i] + job.memory_mb <= limit(i)]
             if not up:
                 return None  # no node has the memory for this process now
             lax = {i: min(min(periods[i], default=math.inf), rt.period_s) * self.share - phi[i] for i in up}

@@ -5,6 +5,7 @@ parameter group."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 from .base import GlobalAction, GlobalPolicy, JobSpec, Reject
@@ -81,9 +82,9 @@ class NodeMemory:
 
     Tracks the memory the placed processes hold on each node (``JobSpec.memory_mb`` per process; a
     stopped process keeps its memory). While the check is on (``memory_aware``, default true, and the
-    owner told the policy its node memory through ``set_node_memory``), a process may go on a node only
-    if it fits in that node's free memory, so a job that does not fit waits in the queue instead of
-    making a node swap; a job larger than a whole node is rejected.
+    owner told the policy its nodes' memory: ``set_nodes``), a process may go on a node only if it fits in
+    that node's free memory (each node its own, as ``cluster.groups`` may differ), so a job that does not
+    fit waits in the queue instead of making a node swap; a job larger than every node is rejected.
     """
 
     def __init__(self, policy: GlobalPolicy) -> None:
@@ -94,32 +95,45 @@ class NodeMemory:
         self.used = [0.0] * policy.nodes
         self.held: dict[str, tuple[tuple[int, ...], float]] = {}  # job -> (nodes, MB per process)
 
-    @property
-    def capacity(self) -> float | None:
-        """Memory of one node (MB) when the check is on, else None."""
-        return self.policy.node_memory_mb if self.aware else None
+    def capacity(self, node: int) -> float | None:
+        """Memory of ``node`` (MB) when the check is on, else None."""
+        return self.policy.node_info[node].memory_mb if self.aware else None
+
+    def limit(self, node: int) -> float:
+        """The most ``node`` may hold (its memory, with a rounding margin); infinite when unchecked."""
+        cap = self.capacity(node)
+        return math.inf if cap is None else cap * (1 + 1e-12)
 
     def never_fits(self, job: JobSpec) -> str | None:
-        """Why ``job`` can never start on this cluster's nodes (a process bigger than a node), or None."""
-        cap = self.capacity
-        if cap is None or job.memory_mb <= cap:
+        """Why ``job`` can never start on this cluster's nodes (a process bigger than every node, or than
+        all but fewer nodes than it needs), or None."""
+        caps = [self.capacity(n) for n in range(self.policy.nodes)]
+        if not self.aware or None in caps:
             return None
-        return (
-            f"job {job.job_id} needs {job.memory_mb:g} MB of memory per process but a node has only "
-            f"{cap:g} MB; it could never start without swapping"
-        )
+        big = sum(1 for cap in caps if job.memory_mb <= cap)
+        need = 1 if job.moldable else job.size
+        if big == 0:
+            which = "a node has" if min(caps) == max(caps) else "the largest node has"
+            return (
+                f"job {job.job_id} needs {job.memory_mb:g} MB of memory per process but {which} only "
+                f"{max(caps):g} MB; it could never start without swapping"
+            )
+        if big < min(need, len(caps)):
+            return (
+                f"job {job.job_id} needs {need} nodes with {job.memory_mb:g} MB of memory per process but "
+                f"only {big} nodes have that much; it could never start without swapping"
+            )
+        return None
 
     def fits(self, node: int, job: JobSpec) -> bool:
-        cap = self.capacity
-        return cap is None or self.used[node] + job.memory_mb <= cap * (1 + 1e-12)
+        return self.used[node] + job.memory_mb <= self.limit(node)
 
     def fitting(self, nodes: Iterable[int], job: JobSpec) -> list[int]:
         """The nodes of ``nodes`` (in their order) where one more process of ``job`` fits."""
-        cap = self.capacity
-        if cap is None:
+        if not self.aware:
             return list(nodes)
-        limit, mb, used = cap * (1 + 1e-12), job.memory_mb, self.used
-        return [n for n in nodes if used[n] + mb <= limit]  # fits()'s own comparison, term for term
+        mb, used, limit = job.memory_mb, self.used, self.limit
+        return [n for n in nodes if used[n] + mb <= limit(n)]  # fits()'s own comparison, term for term
 
     def take(self, job: JobSpec, nodes: Iterable[int]) -> None:
         """``job``'s processes now hold their memory on ``nodes`` (one entry per process)."""
