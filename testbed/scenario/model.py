@@ -32,7 +32,7 @@ from testbed.core.clock import auto_tdf
 from testbed.core.kinds import ENVELOPE_KINDS, Fault, FaultKind, OnNodeDown
 from testbed.scenario.divisible import DivisibleTasks
 from testbed.schedulers import registry
-from testbed.schedulers.base import PolicyConfigError
+from testbed.schedulers.base import NodeInfo, PolicyConfigError
 
 
 class ScenarioError(ValueError):
@@ -112,11 +112,30 @@ class NetworkConfig(_Model):
     bandwidth_mbps: float | None = Field(None, gt=0)
 
 
+class NodeGroup(_Model):
+    """``count`` alike nodes of a heterogeneous cluster (``cluster.groups``), numbered after the groups
+    before them."""
+
+    count: int = Field(..., ge=1, le=4096)
+    cpu_rate: float = Field(
+        1.0, ge=MIN_CPU_RATE, le=1.0, description="these nodes' CPU speed as a fraction of one host core"
+    )
+    memory_mb: float | None = Field(
+        None, gt=0, description="memory per node of this group (memory-aware allocation); null = unchecked"
+    )
+
+
 class ClusterConfig(_Model):
     nodes: int = Field(16, ge=1, le=4096)
     cores_per_node: int = Field(1, ge=1, le=64)
     cpu_rate: float = Field(
         1.0, ge=MIN_CPU_RATE, le=1.0, description="node CPU speed as a fraction of one host core"
+    )
+    groups: tuple[NodeGroup, ...] | None = Field(
+        None,
+        description="heterogeneous nodes: groups of alike nodes, each {count, cpu_rate, memory_mb}, nodes "
+        "numbered group by group; the counts add up to cluster.nodes (which may be left out); replaces "
+        "cluster.cpu_rate and cluster.memory_mb (leave them out); null = every node alike",
     )
     envelope: Literal[ENVELOPE_KINDS] = "auto"  # type: ignore[valid-type]
     cfs_period_ms: float = Field(
@@ -146,6 +165,60 @@ class ClusterConfig(_Model):
     )
     power: PowerModel = Field(default_factory=PowerModel)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nodes_from_groups(cls, v):
+        # Groups without cluster.nodes: the node count is their sum (when the counts are whole numbers;
+        # otherwise the groups' own check names the bad count).
+        if isinstance(v, dict) and "nodes" not in v and isinstance(v.get("groups"), list | tuple):
+            counts = [g.get("count") if isinstance(g, dict) else None for g in v["groups"]]
+            if counts and all(type(c) is int and c >= 1 for c in counts):
+                v = {**v, "nodes": sum(counts)}
+        return v
+
+    @model_validator(mode="after")
+    def _groups(self):
+        if self.groups is None:
+            return self
+        if not self.groups:
+            raise ValueError("cluster.groups: empty; give at least one {count, cpu_rate, memory_mb}, or null")
+        total = sum(g.count for g in self.groups)
+        if total != self.nodes:
+            raise ValueError(
+                f"cluster.groups: the counts add up to {total} nodes but cluster.nodes is {self.nodes}; "
+                "make them agree, or leave cluster.nodes out"
+            )
+        if self.cpu_rate != 1.0 or self.memory_mb is not None:
+            which = "cpu_rate" if self.cpu_rate != 1.0 else "memory_mb"
+            raise ValueError(
+                f"cluster.{which}: cannot be set with cluster.groups, which give each node's cpu_rate and "
+                f"memory_mb; set it in each group and remove cluster.{which}"
+            )
+        mems = [g.memory_mb is None for g in self.groups]
+        if any(mems) and not all(mems):
+            raise ValueError(
+                f"cluster.groups.{mems.index(True)}.memory_mb: give every group a memory_mb or none "
+                "(memory-aware allocation needs every node's)"
+            )
+        return self
+
+    def node_info(self) -> tuple[NodeInfo, ...]:
+        """Each node's rate and memory, node i at index i (what the policies are told)."""
+        if self.groups is None:
+            return (NodeInfo(self.cpu_rate, self.memory_mb),) * self.nodes
+        return tuple(NodeInfo(g.cpu_rate, g.memory_mb) for g in self.groups for _ in range(g.count))
+
+    def total_rate(self) -> float:
+        """Emulated CPUs of the whole cluster: every node's cores at its rate."""
+        if self.groups is None:
+            return self.nodes * self.cores_per_node * self.cpu_rate
+        return self.cores_per_node * sum(g.count * g.cpu_rate for g in self.groups)
+
+    def min_rate(self) -> float:
+        """The slowest node's rate: a job's generated duration, its estimate and its kind's checks are
+        for a node of this rate (an upper bound wherever it runs), as on a uniform cluster of it."""
+        return self.cpu_rate if self.groups is None else min(g.cpu_rate for g in self.groups)
 
     @field_validator("ray_address")
     @classmethod
@@ -570,7 +643,7 @@ class Scenario(_Model):
     def _check_apps(self) -> None:
         """What each program kind finds wrong with its config on this cluster (``ProgramKind.problems``),
         and a job size that contradicts the one its program fixes; each names its field."""
-        nodes, rate = self.cluster.nodes, self.cluster.cpu_rate
+        nodes, rate = self.cluster.nodes, self.cluster.min_rate()
         apps: list[tuple[str, Any, int | None]] = [
             (f"workload.jobs.{i}", e.app, e.size) for i, e in enumerate(self.workload.jobs)
         ]
@@ -868,5 +941,5 @@ def effective_tdf(scn: Scenario, cores: int | None = None) -> float:
 
     if scn.clock.tdf == "auto":
         c = scn.cluster
-        return auto_tdf(c.nodes * c.cores_per_node * c.cpu_rate, cores, scn.clock.control_reserve_cores)
+        return auto_tdf(c.total_rate(), cores, scn.clock.control_reserve_cores)
     return float(scn.clock.tdf)
