@@ -285,6 +285,14 @@ class ProgramKind:
         raise NotImplementedError(f"program kind {cls.name!r} has no length of its own to scale")
 
     @classmethod
+    def largest_message(cls, cfg: AppConfig, size: int) -> int | None:
+        """Bytes of the largest message one of the job's ``size`` processes sends another through the
+        NICs (0: only empty ones, barriers), or None when only running the program tells (a user's MPI
+        program). The run's NICs refuse frames beyond the largest of its jobs' (testbed/emulator/nic.py
+        frame_bound)."""
+        return 0
+
+    @classmethod
     def size_problem(cls, cfg: AppConfig, size: int) -> str | None:
         """What is wrong with running the config on ``size`` processes (and the fix), or None."""
         return None

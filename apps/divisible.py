@@ -25,6 +25,7 @@ worker receives and computes. ``arrival_s`` and ``cpu_rate`` are set when the wo
 
 from __future__ import annotations
 
+import math
 import struct
 import time
 import zlib
@@ -173,6 +174,10 @@ class Divisible(ProgramKind):
             setup_compute=cfg.setup_compute,
         )
         return app, {"moldable": True, "divisible": task}
+
+    @classmethod
+    def largest_message(cls, cfg: DivisibleConfig, size: int) -> int | None:
+        return math.ceil(cfg.sigma * cfg.unit_bytes)  # a chunk is a share (alpha <= 1) of the data
 
     @classmethod
     def ideal_runtime(cls, cfg: DivisibleConfig, cpu_rate: float = 1.0) -> float:

@@ -57,6 +57,8 @@ TRACE_PARENT = "TB_TRACE_PARENT"
 MPICH_NO_LOCAL = "MPIR_CVAR_NOLOCAL"
 LINK_LATENCY_S = "TB_LINK_LATENCY_S"
 LINK_BANDWIDTH_BPS = "TB_LINK_BANDWIDTH_BPS"
+#: The run's frame bound (apps/wire.py frame_bound): tbcomm refuses to send a message beyond it.
+MAX_FRAME_BODY = "TB_MAX_FRAME_BODY"
 #: The marks of every process of a run, which the janitor looks for in /proc/<pid>/environ.
 MARK_RUN_ID = "TESTBED_RUN_ID"
 MARK_NODE = "TESTBED_NODE"
@@ -146,11 +148,13 @@ class NodeEnv:
     key: str | None = None  # the run's key, which a NIC asks of every connection (apps/wire.py with_key)
     link_latency_s: float = 0.0  # the emulated link into the node (emulated s, bytes/s; None: unlimited)
     link_bandwidth_Bps: float | None = None
+    max_frame_body: int | None = None  # None: apps/wire.py's MAX_FRAME_BODY
 
     def to_env(self) -> dict[str, str]:
         env = self.clock.to_env()
         for name, value in ((RUN_ID, self.run_id), (NODE, self.node), (NODE_NIC, self.node_nic),
-                            (IO_DIR, self.io_dir), (KEY, self.key)):  # fmt: skip
+                            (IO_DIR, self.io_dir), (KEY, self.key),
+                            (MAX_FRAME_BODY, self.max_frame_body)):  # fmt: skip
             if value is not None:
                 env[name] = str(value)
         env[LINK_LATENCY_S] = repr(self.link_latency_s)
@@ -170,6 +174,7 @@ class NodeEnv:
             key=env.get(KEY) or None,
             link_latency_s=float(env.get(LINK_LATENCY_S) or 0),
             link_bandwidth_Bps=float(env[LINK_BANDWIDTH_BPS]) if env.get(LINK_BANDWIDTH_BPS) else None,
+            max_frame_body=int(env[MAX_FRAME_BODY]) if env.get(MAX_FRAME_BODY) else None,
         )
 
 

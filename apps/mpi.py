@@ -89,6 +89,10 @@ class Mpi(ProgramKind):
     reports = Reports((COLLECTIVES_UNIT,))
 
     @classmethod
+    def largest_message(cls, cfg: MpiConfig, size: int) -> int | None:
+        return None  # the program's own: known only once it runs
+
+    @classmethod
     def ideal_runtime(cls, cfg: MpiConfig, cpu_rate: float = 1.0) -> float:
         return cfg.estimate_s
 

@@ -156,6 +156,10 @@ class Synthetic(ProgramKind):
         return cfg.iterations * (cfg.gcomp * WORK_UNIT_S / cpu_rate + cfg.gio * cfg.io_time_ms / 1000.0)
 
     @classmethod
+    def largest_message(cls, cfg: SyntheticConfig, size: int) -> int | None:
+        return cfg.msg_bytes
+
+    @classmethod
     def with_duration(cls, cfg: SyntheticConfig, duration_s: float, cpu_rate: float = 1.0) -> SyntheticConfig:
         per_iter = cls.ideal_runtime(cfg.model_copy(update={"iterations": 1}), cpu_rate)
         iterations = max(1, round(duration_s / per_iter)) if per_iter > 0 else 1

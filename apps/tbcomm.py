@@ -52,6 +52,7 @@ from testbed.apps.wire import (
     HEADER,
     HELLO,
     MAX_ACKS,
+    MAX_FRAME_BODY,
     PEER,
     PROGRESS,
     PROGRESS_VALUE,
@@ -144,10 +145,12 @@ class Comm:
         node: int | None = None,
         key: str | None = None,
         stamped: bool = False,
+        max_frame_body: int = MAX_FRAME_BODY,
     ) -> None:
         """``key``: the run's key, which every NIC of the run asks of a connection (None: a NIC without
         one, in tests). ``stamped``: the links between nodes are emulated, so each message to another
-        node carries its send time (apps/wire.py, STAMP)."""
+        node carries its send time (apps/wire.py, STAMP). ``max_frame_body``: the run's bound, which the
+        NICs close a connection for (apps/wire.py frame_bound): a send beyond it is refused here."""
         if not 0 <= rank < len(nics):
             raise CommError(f"rank {rank} out of range for {len(nics)} NIC addresses")
         if mode not in WAIT_MODES:
@@ -165,6 +168,7 @@ class Comm:
         #: how a send waits for the receiving NIC's acknowledgement ("none": it does not ask for one)
         self.send_wait = send_wait
         self.stamped = stamped
+        self.max_message = max_frame_body - STAMP.size
         self._sent_acked = 0  # sends that asked for an acknowledgement (numbers SEND_BLOCKED frames)
         #: real seconds a recv may wait before giving up; None waits for ever. Off by default because a
         #: descheduled (stopped) peer is normal; dead peers are reported by the NIC instead.
@@ -217,6 +221,7 @@ class Comm:
                 node=node.node,
                 key=node.key,
                 stamped=node.link_latency_s > 0 or node.link_bandwidth_Bps is not None,
+                max_frame_body=node.max_frame_body or MAX_FRAME_BODY,
             )
         except KeyError as exc:
             raise CommError(f"environment variable {exc.args[0]} is not set (the agent sets it)") from None
@@ -242,6 +247,12 @@ class Comm:
 
     def _send(self, dst: int, data, tag: int) -> None:
         n = len(data)
+        if n > self.max_message:
+            raise CommError(
+                f"send to rank {dst}: a message of {n} bytes, over the {self.max_message} bytes a "
+                "message of this run may have (the largest its jobs' programs declare, apps/wire.py "
+                "frame_bound)"
+            )
         sock = self._by_rank[dst]
         acks = self._take_acks() if self._acks and sock is self._local else 0
         wait = self.send_wait != "none"

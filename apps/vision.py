@@ -180,6 +180,10 @@ class Vision(ProgramKind):
         return len(cfg.stages)
 
     @classmethod
+    def largest_message(cls, cfg: VisionConfig, size: int) -> int | None:
+        return _HEADER.size + cfg.width * cfg.height  # a grey frame, one byte a pixel (apply keeps it)
+
+    @classmethod
     def ideal_runtime(cls, cfg: VisionConfig, cpu_rate: float = 1.0) -> float:
         """The last frame's release plus one pass through the pipeline (latency ignored)."""
         return (cfg.frames - 1) * cfg.period_s + sum(cfg.phi_units()) * WORK_UNIT_S / cpu_rate

@@ -57,6 +57,22 @@ PROGRESS_VALUE = struct.Struct("!d")
 #: The most acknowledgements the reserved field carries (more go in ACK frames).
 MAX_ACKS = 0xFFFF
 
+#: The largest frame body a NIC takes at all: a program whose messages are known to be larger cannot
+#: run on real processes (runner.preflight refuses it). A run's NICs take less: :func:`frame_bound`.
+MAX_FRAME_BODY = 64 * 2**20
+#: The smallest bound: room for the control frames (HELLO, PEER, PROGRESS: ids, addresses, names).
+MIN_FRAME_BODY = 64 * 1024
+
+
+def frame_bound(largest_message: int | None) -> int:
+    """The largest frame body a run's NICs take, given its jobs' largest message in bytes (None: a
+    program that does not say, a user's MPI program): a connection whose frame claims more is closed
+    before the NIC allocates for it, and a worker refuses to send more."""
+    if largest_message is None:
+        return MAX_FRAME_BODY
+    return min(MAX_FRAME_BODY, max(MIN_FRAME_BODY, largest_message + STAMP.size))
+
+
 #: Any source rank, or any (user) tag, in a receive.
 ANY = -1
 

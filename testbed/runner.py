@@ -25,10 +25,12 @@ from pathlib import Path
 
 import yaml
 
+from testbed.apps.wire import MAX_FRAME_BODY
 from testbed.core import events as ev
 from testbed.core.backend import Backend, Hooks, PreflightError
 from testbed.core.clock import host_cores
 from testbed.core.interrupts import interrupts_deferred
+from testbed.core.jobs import Job
 from testbed.emulator import ray_auth
 from testbed.emulator.mechanism import docker_envelope
 from testbed.emulator.mechanism.envelope import MIN_QUOTA_US, probe_envelopes, probe_pod
@@ -71,11 +73,14 @@ def preflight(scn: Scenario, backend: str, out: Path | None = None, force: bool 
     runs = [("", scn)]
     if scn.sweep:
         runs = [(f"variant '{v.name}': ", v.scenario) for v in sweep.variants(scn)]
+    built = []
     for where, s in runs:
         _check_policies(s, where)
-        _check_jobs(s, where)
+        built.append(_check_jobs(s, where))
     notes: list[str] = []
     if backend == "ray":
+        for (where, _), jobs in zip(runs, built, strict=True):
+            _check_messages(jobs, where)
         usable: dict[str, str | None] = probe_envelopes()
         if any(s.cluster.envelope == "docker" for _, s in runs):
             usable["docker"] = docker_envelope.probe()
@@ -104,6 +109,21 @@ def _check_jobs(scn: Scenario, where: str) -> None:
             f"{where}workload: no job to run (a trace's jobs all lack a run time or processors, or "
             "workload.trace.skip passes them all); give jobs the workload can run"
         )
+    return jobs
+
+
+def _check_messages(jobs: list[Job], where: str) -> None:
+    """A job whose program sends a message beyond what any NIC takes (apps/wire.py MAX_FRAME_BODY) cannot
+    run on real processes: its connection would be closed at that message."""
+    for job in jobs:
+        largest = job.kind.largest_message(job.app, job.spec.size)
+        if largest is not None and largest > MAX_FRAME_BODY:
+            raise PreflightError(
+                f"{where}job '{job.job_id}': app: a message of {largest / 2**20:.1f} MiB, over the "
+                f"{MAX_FRAME_BODY // 2**20} MiB a message between real processes may have; make the "
+                "program's messages smaller (a divisible task's sigma x unit_bytes, a frame's width x "
+                "height), or run it with --backend sim"
+            )
 
 
 def _check_policies(scn: Scenario, where: str) -> None:

@@ -126,6 +126,15 @@ class Nas(Mpi):
         return cfg
 
     @classmethod
+    def largest_message(cls, cfg: NasConfig, size: int) -> int | None:
+        """The largest send of the kernel's measured model on ``size`` ranks (its mirror carries the same
+        bytes, apps/mpi_wrap.py), or None without one."""
+        ranks = measured(cfg.kernel, cfg.npb_class, size)
+        if ranks is None:
+            return None
+        return max((op[2] for ops in ranks for op in ops if op[0] == "s"), default=0)
+
+    @classmethod
     def ideal_runtime(cls, cfg: NasConfig, cpu_rate: float = 1.0, size: int = 1) -> float:
         """The estimate given, else the measured model's busiest rank's CPU on ``size`` ranks (its
         messages' time left out), else the mpi kind's default."""

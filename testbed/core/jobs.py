@@ -81,3 +81,10 @@ class Job:
         w = self.wait
         job = JobEnv(self.job_id, rank, tuple(nics), w.mode, w.spin_us, w.send_wait, self.spec.memory_mb)
         return Launch(base.argv, {**base.env, **job.to_env()})
+
+
+def largest_message(jobs: list[Job]) -> int | None:
+    """The largest message any of ``jobs`` sends between its processes (ProgramKind.largest_message), or
+    None when one of them does not say."""
+    sizes = [j.kind.largest_message(j.app, j.spec.size) for j in jobs]
+    return None if None in sizes else max(sizes, default=0)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.apps.environ import NodeEnv, leftover_marks
+from testbed.apps.wire import MAX_FRAME_BODY
 from testbed.core import events as ev
 from testbed.core.clock import Clock
 from testbed.core.messages import NodeError, ProcExit, QuantumUsage
@@ -98,6 +99,8 @@ class NodeConfig:
     #: The run's key, which the node's NIC asks of every connection and its workers are given (None: no
     #: key, an agent of the tests).
     key: str | None = None
+    #: The largest frame body the node's NIC takes (apps/wire.py frame_bound, from the run's jobs).
+    max_frame_body: int = MAX_FRAME_BODY
 
 
 def scratch_dir(run_id: str, node: int) -> Path:
@@ -194,6 +197,7 @@ class NodeAgent:
             bandwidth_Bps=self.cfg.bandwidth_Bps,
             host=self.cfg.nic_host,
             key=self.cfg.key,
+            max_frame_body=self.cfg.max_frame_body,
         )
         self.nic_address = self.lt.call(self.nic.start)
         # Workers start by fork from a server with their modules imported: start-up is not the job's.
@@ -386,6 +390,7 @@ class NodeAgent:
             # it (apps/mpi_wrap.py: MPI calls it does not mirror through tbcomm).
             link_latency_s=self.cfg.latency_s,
             link_bandwidth_Bps=self.cfg.bandwidth_Bps,
+            max_frame_body=self.cfg.max_frame_body,
         )
         env.update(node.to_env())
         env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
@@ -531,6 +536,7 @@ class NodeAgent:
             effect=e_emu,
             late_ms=(e_emu - at) * 1000.0,
             notice_ms=(at - self.clock.emu_at(received)) * 1000.0,
+            jobs=sorted(allowed),
         )
 
     def _quantum_sample(self, now: float) -> None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from testbed.apps.wire import frame_bound
 from testbed.core import events as ev
 from testbed.core.backend import (
     ALL_JOBS_ENDED,
@@ -37,6 +38,7 @@ from testbed.core.backend import (
 )
 from testbed.core.clock import origin
 from testbed.core.interrupts import interrupts_deferred
+from testbed.core.jobs import largest_message
 from testbed.emulator.actors import AT_RAY_NODE, AgentHost, CoordinatorActor
 from testbed.emulator.agent import WORKER_MODULES, NodeConfig
 from testbed.emulator.mechanism.envelope import quota_us
@@ -297,6 +299,7 @@ class RayBackend:
             node_mon = {**self.mon, "host": AT_RAY_NODE}
         # One key for the run's NICs and workers: a connection to a NIC that does not know it is closed.
         key = secrets.token_hex(16)
+        max_frame_body = frame_bound(largest_message(self.jobs))
         cfgs = [
             NodeConfig(
                 run_id=self.outcome.run_id,
@@ -318,6 +321,7 @@ class RayBackend:
                 nic_host=AT_RAY_NODE if self.joined else LOOPBACK,
                 scratch=self.joined,
                 key=key,
+                max_frame_body=max_frame_body,
             )
             for n in range(c.nodes)
         ]

@@ -75,6 +75,7 @@ from testbed.apps.wire import (
     GO,
     HEADER,
     HELLO,
+    MAX_FRAME_BODY,
     NIC_ACK,
     NIC_HELLO,
     PEER,
@@ -110,9 +111,6 @@ log = logging.getLogger(__name__)
 
 _DELIVERED = HEADER.pack(0, DELIVERED, 0, 0, 0, 0, 0)
 _RBUF = 65536  # receive buffer per connection; grows for a bigger frame, then shrinks back
-#: The largest frame body a NIC takes (a message and its header's fields): beyond it the connection is
-#: closed. The programs here send at most a few MB per message (a divisible chunk, an image).
-MAX_FRAME_BODY = 64 * 2**20
 #: Real seconds before a stamped message is due that the NIC hands it to its receiver, which holds it
 #: until then (apps/wire.py, STAMP). It covers the hand-over: the timer's wake-up here, the write and the
 #: receiver's wake-up, 15-40 us on this kind of host (docs/measurements.md, "MPI over an emulated link").
@@ -279,9 +277,10 @@ class _Conn:
         try:
             while end_all - off >= hsize:
                 blen, ftype, mode, acks, a, b, c = HEADER.unpack_from(buf, off)
-                if blen > MAX_FRAME_BODY:
+                if blen > self.nic.max_frame_body:
                     raise _ProtocolError(
-                        f"a frame of {blen} bytes, over the {MAX_FRAME_BODY} a frame may have"
+                        f"a frame of {blen} bytes, over the {self.nic.max_frame_body} a frame of this run "
+                        "may have"
                     )
                 end = off + hsize + blen
                 if end > end_all:
@@ -366,9 +365,11 @@ class Nic:
         bandwidth_Bps: float | None = None,
         host: str = "127.0.0.1",
         key: str | None = None,
+        max_frame_body: int = MAX_FRAME_BODY,
     ) -> None:
         """``key``: the run's key: a connection that does not start with it (apps/wire.py with_key) is
-        closed. None: no key (an in-process NIC of the tests)."""
+        closed. None: no key (an in-process NIC of the tests). ``max_frame_body``: the run's bound
+        (apps/wire.py frame_bound): a connection whose frame claims more is closed."""
         if latency_s < 0:
             raise ValueError(f"latency_s must be >= 0, got {latency_s}")
         if bandwidth_Bps is not None and bandwidth_Bps <= 0:
@@ -380,6 +381,7 @@ class Nic:
         self.latency_s = latency_s
         self.bandwidth_Bps = bandwidth_Bps
         self.host = host
+        self.max_frame_body = max_frame_body
         self._key = None if key is None else key.encode()
         self.address = ""
         self._emulate_link = latency_s > 0 or bandwidth_Bps is not None

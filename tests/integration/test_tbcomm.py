@@ -185,6 +185,17 @@ elif scenario == "nodegone":
         c.abort()
     print(json.dumps(out), flush=True)
     sys.exit(0)
+elif scenario == "big":
+    if r == 0:
+        for n in (int(os.environ["BIG_OK"]), int(os.environ["BIG_OVER"])):
+            try:
+                c.send(1, b"b" * n)
+                out.setdefault("sent", []).append(n)
+            except CommError as exc:
+                out["error"] = str(exc)
+        c.send(1, b"")
+    else:
+        out["got"] = [len(m) for m in iter(lambda: c.recv(0), b"")]
 elif scenario == "death":
     if r == 0:
         time.sleep(0.2)
@@ -642,7 +653,7 @@ def test_malformed_oversize_and_garbage_frames_close_their_connection_and_the_jo
 
     from testbed.apps.wire import HEADER, HELLO, PROGRESS, split_address
 
-    from testbed.emulator.nic import MAX_FRAME_BODY
+    from testbed.apps.wire import MAX_FRAME_BODY
 
     cl = cluster_factory(2)
     host, port = split_address(cl.addrs[0])
@@ -669,6 +680,27 @@ def test_malformed_oversize_and_garbage_frames_close_their_connection_and_the_jo
         assert grown_mib < 32, f"the NICs' process grew by {grown_mib:.0f} MiB for frames never sent"
     finally:
         liar.close()
+
+
+def test_a_runs_frame_bound_refuses_bigger_sends_and_closes_bigger_frames(cluster_factory) -> None:
+    # A run's NICs take frames up to its jobs' largest message (apps/wire.py frame_bound), not 64 MiB
+    # (issue 19): a worker refuses to send more with one line, and a frame claiming more from any other
+    # local process closes its connection only.
+    import socket
+
+    from testbed.apps.wire import HEADER, HELLO, MIN_FRAME_BODY, STAMP, split_address
+
+    bound = MIN_FRAME_BODY
+    cl = cluster_factory(2, max_frame_body=bound, latency_s=1e-6)  # a link: messages carry a STAMP
+    host, port = split_address(cl.addrs[1])
+    with socket.create_connection((host, port), timeout=5) as s:
+        s.sendall(HEADER.pack(bound + 1, HELLO, 0, 0, 0, 1, 0) + b"x" * 1000)
+        assert s.recv(1) == b""  # closed by the NIC
+    ok, over = bound - STAMP.size, bound - STAMP.size + 1
+    procs = cl.worker("big", "j", [0, 1], TB_MAX_FRAME_BODY=bound, BIG_OK=ok, BIG_OVER=over)
+    r0, r1 = results(procs)
+    assert r0["sent"] == [ok] and r1["got"] == [ok]
+    assert f"a message of {over} bytes, over the {ok} bytes a message of this run may have" in r0["error"]
 
 
 def test_a_nic_takes_only_connections_that_know_the_runs_key(cluster_factory) -> None:

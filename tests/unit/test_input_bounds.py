@@ -201,6 +201,42 @@ def test_validate_reads_the_trace_as_run_would(tmp_path):
         assert not (tmp_path / "out").exists()
 
 
+def test_a_message_no_nic_could_carry_is_refused_for_real_processes_only(tmp_path):
+    # A divisible chunk of sigma x unit_bytes = 100 MB is beyond every NIC's frame (apps/wire.py
+    # MAX_FRAME_BODY): on real processes its connection would be closed mid-run (issue 19).
+    from testbed import runner
+
+    job = {"id": "div", "size": 2, "app": {"kind": "divisible", "sigma": 100_000, "deadline_s": 1e6,
+                                            "unit_bytes": 1000}}  # fmt: skip
+    scn = load(doc={"name": "t", "cluster": {"nodes": 2, "envelope": "none"}, "workload": {"jobs": [job]}})
+    with pytest.raises(
+        runner.PreflightError, match=r"job 'div': app: a message of 95.4 MiB, over the 64 MiB"
+    ):
+        runner.preflight(scn, "ray", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    runner.preflight(scn, "sim", tmp_path / "out")  # the simulator sends no bytes
+
+
+def test_a_runs_frame_bound_is_its_largest_message():
+    from testbed.apps.wire import MAX_FRAME_BODY, MIN_FRAME_BODY, STAMP, frame_bound
+    from testbed.core.jobs import largest_message
+    from testbed.scenario.workload import build
+
+    assert frame_bound(None) == MAX_FRAME_BODY  # a user's MPI program: its messages are its own
+    assert frame_bound(0) == frame_bound(100) == MIN_FRAME_BODY
+    assert frame_bound(10**6) == 10**6 + STAMP.size
+    assert frame_bound(10**9) == MAX_FRAME_BODY
+    jobs = build(load(doc=copy.deepcopy(BASE)))
+    # The vision job's grey 160 x 120 frames and their 12-byte header, the divisible job's 10 x 1000 bytes
+    assert largest_message([j for j in jobs if j.job_id == "vis"]) == 160 * 120 + 12
+    assert largest_message([j for j in jobs if j.job_id == "div"]) == 10_000
+    assert largest_message([j for j in jobs if j.job_id in ("syn", "vis", "div")]) == 160 * 120 + 12
+    mpi = load(
+        doc={"name": "m", "workload": {"jobs": [{"size": 2, "app": {"kind": "mpi", "program": __file__}}]}}
+    )
+    assert largest_message(build(mpi)) is None
+
+
 def test_a_trace_out_of_submission_order_gives_no_negative_arrival(tmp_path):
     from testbed.scenario.workload import build
 
