@@ -3,7 +3,8 @@
 It drives the very policy objects the emulator drives (one global policy, one local policy per node) and
 writes the same event log. Model:
 
-* each node is a uniprocessor of rate ``cpu_rate`` shared by weighted processor sharing among the processes
+* each node is a uniprocessor of its own rate (``cpu_rate``, or each node's in ``node_info``: a scenario's
+  ``cluster.groups``) shared by weighted processor sharing among the processes
   that are allowed to run (the local policy's ``run``) and want the CPU (computing, or spinning while
   waiting for a message); weights follow the Linux CFS nice table;
 * each process runs its program kind's model (``ProgramKind.model``, apps/base.py): a generator of
@@ -27,7 +28,8 @@ writes the same event log. Model:
 * for a global policy that ``wants_utilization``, each node, at each slot switch, reports every process
   that was allowed to run (or used CPU) in the quantum just ended with its exact CPU share over it
   (``GlobalPolicy.utilization``), before the new slot takes effect;
-* ``node_memory_mb`` is handed to the global policy (``set_node_memory``); memory itself is not modelled
+* each node's rate and memory (``node_info``) are handed to the policies (``Scheduler.make_global``,
+  ``make_local``); memory itself is not modelled
   (a policy that places a job where it does not fit is not slowed by swapping).
 
 The simulation is exact up to floating point: a heap of timed events; a node's completion time is
@@ -61,6 +63,7 @@ from testbed.schedulers.base import (
     LocalPolicy,
     MessageArrived,
     MessageConsumed,
+    NodeInfo,
     Proc,
     ProcAdded,
     ProcExited,
@@ -171,12 +174,13 @@ class _Process:
 
 
 class _Node:
-    __slots__ = ("idx", "policy", "msg_events", "procs", "queue", "last", "active", "shares", "ver", "due",
-                 "finishing", "timer_ver", "src", "lazy_slots", "pending_slot")  # fmt: skip
+    __slots__ = ("idx", "policy", "rate", "msg_events", "procs", "queue", "last", "active", "shares", "ver",
+                 "due", "finishing", "timer_ver", "src", "lazy_slots", "pending_slot")  # fmt: skip
 
-    def __init__(self, idx: int, policy: LocalPolicy) -> None:
+    def __init__(self, idx: int, policy: LocalPolicy, rate: float) -> None:
         self.idx = idx
         self.policy = policy
+        self.rate = rate  # CPU-seconds of rate-1.0 work per second of the whole CPU
         self.msg_events = bool(type(policy).wants_message_events)
         self.procs: dict[Proc, _Process] = {}
         self.queue: deque[LocalEvent] = deque()
@@ -216,6 +220,7 @@ class Simulation:
         latency_s: float = 50e-6,
         switch_skew_s: float = 0.0,
         node_memory_mb: float | None = None,
+        node_info: Sequence[NodeInfo] | None = None,
         bandwidth_Bps: float | None = None,
         faults: Sequence[Fault] = (),
         on_node_down: OnNodeDown = OnNodeDown.FAIL,
@@ -224,7 +229,8 @@ class Simulation:
     ) -> None:
         """``sink(record)`` receives each event as it happens (e.g. a file, so that a run of millions of
         events, or an interrupted one, keeps its log without holding it); by default they are kept in
-        :attr:`events`."""
+        :attr:`events`. ``node_info`` gives each node's rate and memory (a heterogeneous cluster); without
+        it every node has ``cpu_rate`` and ``node_memory_mb``."""
         if nodes < 1:
             raise ValueError(f"nodes: a cluster needs at least 1 node, got {nodes}")
         if not cpu_rate > 0:
@@ -244,14 +250,21 @@ class Simulation:
         self.events: list[dict] = []
         self._sink = sink if sink is not None else self.events.append
         self.coord = "coordinator"
-        self.gp: GlobalPolicy = scheduler.make_global(nodes, params, seed)
-        self.gp.set_node_memory(node_memory_mb)
+        if node_info is None:
+            node_info = (NodeInfo(self.cpu_rate, node_memory_mb),) * nodes
+        elif len(node_info) != nodes:
+            raise ValueError(f"node_info: needs one NodeInfo per node ({nodes}), got {len(node_info)}")
+        self.gp: GlobalPolicy = scheduler.make_global(nodes, params, seed, node_info)
         self._util = bool(type(self.gp).wants_utilization)
-        self.nodes = [_Node(n, scheduler.make_local(n, params, seed)) for n in range(nodes)]
+        self.nodes = [
+            _Node(n, scheduler.make_local(n, params, seed, info), float(info.rate))
+            for n, info in enumerate(node_info)
+        ]
         # The head node (number ``nodes``, outside every policy's view) runs the jobs' head processes
         # (ProgramKind.head) with plain OS scheduling; it exists only if some job has a head.
         heads = any(job.kind.head for job in jobs)
-        self.head = _Node(nodes, RunAll(nodes, {}, seed)) if heads else None
+        fastest = max(n.rate for n in self.nodes)  # the head node's: outside the cluster, not rationed
+        self.head = _Node(nodes, RunAll(nodes, {}, seed), fastest) if heads else None
         self._all_nodes = [*self.nodes, self.head] if heads else self.nodes
         self.core = DecisionCore(
             jobs, self.gp, scheduler.name, nodes, self, self._emit_job, on_node_down=on_node_down
@@ -522,7 +535,7 @@ class Simulation:
                 if p.allowed:
                     p.q_ran = True
         if dt > 0:
-            rate = self.cpu_rate
+            rate = node.rate
             for p, share in zip(node.active, node.shares, strict=True):
                 used = share * dt
                 p.cpu_s += used
@@ -554,7 +567,7 @@ class Simulation:
                 weights = [cfs_weight(p.nice) for p in active]
                 total = sum(weights)
                 node.shares = [w / total for w in weights]
-            rate = self.cpu_rate
+            rate = node.rate
             left = [
                 (max(0.0, p.work) / (share * rate), p)
                 for p, share in zip(active, node.shares, strict=True)
@@ -857,11 +870,10 @@ def _options(scn: Scenario) -> dict[str, Any]:
     c = scn.cluster
     return {
         "nodes": c.nodes,
-        "cpu_rate": c.cpu_rate,
+        "node_info": c.node_info(),
         "seed": scn.workload.seed,
         "duration": scn.duration_s,
         "latency_s": c.network.latency_us * 1e-6,
-        "node_memory_mb": c.memory_mb,
         "bandwidth_Bps": c.network.bandwidth_mbps * 1e6 / 8 if c.network.bandwidth_mbps else None,
         "faults": scn.faults.faults(),
         "on_node_down": scn.faults.on_node_down,
@@ -874,12 +886,15 @@ def simulate(*args: Any, **kwargs: Any) -> list[dict]:
     the emulator's format (:class:`testbed.core.events.EventWriter`), ordered by emulated time.
 
     Takes :class:`Simulation`'s arguments: jobs, scheduler, params, *, nodes, cpu_rate=1.0, seed=0,
-    duration=None, latency_s=50e-6, switch_skew_s=0.0, node_memory_mb=None, bandwidth_Bps=None.
+    duration=None, latency_s=50e-6, switch_skew_s=0.0, node_memory_mb=None, node_info=None,
+    bandwidth_Bps=None.
 
     ``switch_skew_s`` delays node n's slot switches by ``switch_skew_s * n / (nodes - 1)``, so the
     switch skew across the cluster is ``switch_skew_s``. With ``duration``, the run stops then and jobs
     not finished are killed (``job_killed``). ``node_memory_mb`` is each node's memory, told to the global
-    policy for memory-aware allocation (None: unknown, no memory checks). ``bandwidth_Bps`` (emulated
+    policy for memory-aware allocation (None: unknown, no memory checks); ``node_info`` (one
+    :class:`~testbed.schedulers.base.NodeInfo` per node) gives each node a rate and memory of its own
+    instead of ``cpu_rate`` and ``node_memory_mb``. ``bandwidth_Bps`` (emulated
     bytes per second; None: infinite) adds ``msg_bytes / bandwidth_Bps`` to each point-to-point message.
     """
     return Simulation(*args, **kwargs).run()
