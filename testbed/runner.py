@@ -39,7 +39,7 @@ from testbed.results import folder as outfolder
 from testbed.results import summary as results
 from testbed.scenario import Scenario, effective_tdf, sweep
 from testbed.scenario.swf import TraceError
-from testbed.scenario.workload import build
+from testbed.scenario.workload import build, trace_notes
 from testbed.schedulers import registry
 from testbed.schedulers.base import PolicyConfigError
 from testbed.sim import Simulation
@@ -78,6 +78,8 @@ def preflight(scn: Scenario, backend: str, out: Path | None = None, force: bool 
         _check_policies(s, where)
         built.append(_check_jobs(s, where))
     notes: list[str] = []
+    for where, s in runs:
+        notes += [f"{where}{n}" for n in trace_notes(s) if f"{where}{n}" not in notes]
     if backend == "ray":
         for (where, _), jobs in zip(runs, built, strict=True):
             _check_messages(jobs, where)
@@ -103,7 +105,7 @@ def _check_jobs(scn: Scenario, where: str) -> None:
     try:
         jobs = build(scn)
     except TraceError as exc:
-        raise PreflightError(f"{where}workload.trace.path: {exc}") from None
+        raise PreflightError(f"{where}workload.trace: {exc}") from None
     if not jobs:
         raise PreflightError(
             f"{where}workload: no job to run (a trace's jobs all lack a run time or processors, or "
@@ -133,9 +135,9 @@ def _check_policies(scn: Scenario, where: str) -> None:
     s = scn.scheduler
     sched = registry.get(s.name)  # the scenario model already checked the name
     try:
-        gp = sched.make_global(scn.cluster.nodes, s.params, scn.workload.seed)
-        gp.set_node_memory(scn.cluster.memory_mb)
-        sched.make_local(0, s.params, scn.workload.seed)
+        info = scn.cluster.node_info()
+        sched.make_global(scn.cluster.nodes, s.params, scn.workload.seed, info)
+        sched.make_local(0, s.params, scn.workload.seed, info[0])
     except PolicyConfigError as exc:
         raise PreflightError(where + " ".join(str(exc).split())) from None
     except Exception as exc:  # noqa: BLE001 - a policy that fails to build on these values: say which
@@ -166,14 +168,15 @@ def _check_envelope(scn: Scenario, usable: dict[str, str | None], where: str) ->
         )
     tdf = effective_tdf(scn)
     period_us = round(c.cfs_period_ms * 1000)
-    quota = round(period_us * c.cpu_rate * c.cores_per_node / tdf)
+    rate = c.min_rate()  # the slowest node has the smallest quota
+    quota = round(period_us * rate * c.cores_per_node / tdf)
     if quota >= MIN_QUOTA_US:
         return None
-    need_ms = math.ceil(MIN_QUOTA_US * tdf / (c.cpu_rate * c.cores_per_node) / 1000)
+    need_ms = math.ceil(MIN_QUOTA_US * tdf / (rate * c.cores_per_node) / 1000)
     why = (
         f"{where}cluster.cfs_period_ms: a node's CPU quota would be {quota} us per {period_us} us period, "
         f"below the kernel's minimum of {MIN_QUOTA_US} us (TDF {tdf:.4g}: {c.nodes} nodes x "
-        f"{c.cores_per_node} core(s) at rate {c.cpu_rate:g} on {host_cores()} host cores)"
+        f"{c.cores_per_node} core(s) at rate {rate:g} on {host_cores()} host cores)"
     )
     if need_ms <= 1000:
         raise PreflightError(f"{why}; raise cluster.cfs_period_ms to at least {need_ms}")

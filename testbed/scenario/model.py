@@ -99,10 +99,17 @@ class _Model(BaseModel):
 
 
 class PowerModel(_Model):
-    """Per-node power P = B + X*u (paper 003): idle power B, busy increment X, in watts."""
+    """Per-node power P = B + X*u (paper 003, section 6): ``idle_watts`` is B, the node's power when idle;
+    ``busy_watts`` is X, the slope: the watts a fully busy node draws *above* B (so a busy node draws
+    B + X, 238.07 W with the paper's figures), not a busy node's total."""
 
-    idle_watts: float = Field(219.10, ge=0)
-    busy_watts: float = Field(18.968, ge=0)
+    idle_watts: float = Field(219.10, ge=0, description="B: a node's power when idle, watts")
+    busy_watts: float = Field(
+        18.968,
+        ge=0,
+        description="X: the slope of P = B + X*u, the watts above idle_watts at full utilisation u = 1 "
+        "(not a busy node's total power)",
+    )
 
 
 class NetworkConfig(_Model):
@@ -394,6 +401,55 @@ class PoissonGenerator(_Model):
         return self
 
 
+class LublinGenerator(_Model):
+    """Lublin and Feitelson's model of rigid parallel jobs (J. Parallel Distrib. Comput. 63(11), 2003),
+    with the paper's parameters (testbed/scenario/lublin.py): sizes from a two-stage uniform of log2(size)
+    with serial jobs and a stress on powers of two, run times from a hyper-gamma of log(run time) whose
+    mix follows the size, arrivals with the daily cycle. Its times are a production machine's (hours):
+    ``time_scale`` brings them to an emulation's."""
+
+    kind: Literal["lublin"]
+    count: int = Field(..., ge=1, le=100_000)
+    job_types: Literal["all", "split"] = Field(
+        "all",
+        description="all: the model fitted to all jobs; split: batch and interactive jobs, each with its "
+        "own parameters (job_class batch or interactive)",
+    )
+    time_scale: float = Field(
+        1.0, gt=0, description="multiplies arrival times and run times (0.001: hours become seconds)"
+    )
+    arrival_scale: float = Field(
+        1.0, gt=0, description="multiplies arrival times only: below 1 packs the same jobs closer (more load)"
+    )
+    start_hour: int = Field(8, ge=0, le=23, description="the time of day the arrivals start at")
+    min_size_log2: float = Field(
+        0.8, ge=0, description="ULow: log2 of the smallest parallel job (the paper's 0.8: 2 nodes)"
+    )
+    step_s: float = Field(
+        60.0, ge=0.001, description="emulated seconds of compute per iteration, at most (1 ms: a work unit)"
+    )
+    estimate: Literal["runtime", "none"] = Field(
+        "runtime", description="what backfilling is told: the drawn run time, or nothing"
+    )
+    app: AppSection = Field(default_factory=_default_app)
+
+
+def _generator_kind(v):
+    return (v.get("kind") if isinstance(v, dict) else getattr(v, "kind", None)) or "poisson"
+
+
+#: ``workload.generator``: Poisson arrivals over job classes (the default), or the Lublin-Feitelson model.
+Generator = Annotated[
+    Union[Annotated[PoissonGenerator, Tag("poisson")], Annotated[LublinGenerator, Tag("lublin")]],  # noqa: UP007
+    Discriminator(_generator_kind),
+]
+
+_GENERATORS = {"poisson": PoissonGenerator, "lublin": LublinGenerator}
+
+#: What a trace does with a job wider than the cluster (``workload.trace.oversize``).
+TraceOversize = Literal["refuse", "clamp", "drop", "reject"]
+
+
 class TraceReplay(_Model):
     """Jobs replayed from an SWF trace (testbed/scenario/swf.py): each trace job's arrival, size and run time,
     scaled, running ``app`` (its length set from the trace: ``ceil(run / step_s)`` iterations computing
@@ -416,6 +472,16 @@ class TraceReplay(_Model):
         "requested",
         description="what backfilling is told: the user's requested time, the real run time, or nothing",
     )
+    status: list[int] | None = Field(
+        None,
+        description="keep only jobs whose SWF status (field 11) is one of these: 1 completed, 0 failed, "
+        "5 cancelled, -1 unknown (null: every job)",
+    )
+    oversize: TraceOversize = Field(
+        "refuse",
+        description="a job wider than the cluster (after size_scale): refuse the trace (the default), clamp "
+        "it to the cluster, drop it, or reject: submit it as it is for the scheduler to reject",
+    )
     app: AppSection = Field(default_factory=_default_app)
     job_class: str = "trace"
 
@@ -423,7 +489,14 @@ class TraceReplay(_Model):
 class WorkloadConfig(_Model):
     seed: int = Field(0, ge=0, le=MAX_SEED, description="the random draws' seed (numpy takes 0..2^63-1 here)")
     jobs: list[JobEntry] = Field(default_factory=list)
-    generator: PoissonGenerator | None = None
+    generator: Generator | None = Field(
+        None, description="generated jobs: kind poisson (the default) or lublin (the Lublin-Feitelson model)"
+    )
+    oversize: Literal["refuse", "reject"] = Field(
+        "refuse",
+        description="a job in workload.jobs wider than the cluster: refuse the scenario (the default), or "
+        "reject: run it for the scheduler to reject, as a real cluster would",
+    )
     trace: TraceReplay | None = None
     divisible: DivisibleTasks | None = Field(
         None, description="paper 001's divisible-load tasks (testbed/scenario/divisible.py)"
@@ -606,8 +679,9 @@ class Scenario(_Model):
     def _sizes(self):
         # A job larger than the cluster is not an input error: the scheduler rejects it with a reason,
         # as a real cluster would. Generator bounds above the cluster are a mistake in the file, though.
+        self._check_oversize()
         g = self.workload.generator
-        if g is not None and g.size.max > self.cluster.nodes:
+        if isinstance(g, PoissonGenerator) and g.size.max > self.cluster.nodes:
             raise ValueError(
                 f"workload.generator.size.max ({g.size.max}) is above cluster.nodes ({self.cluster.nodes}); "
                 "lower it or add nodes"
@@ -640,6 +714,20 @@ class Scenario(_Model):
             state[f.node] = f.kind
         return self
 
+    def _check_oversize(self) -> None:
+        """A job wider than the cluster can never run: a mistake in the file unless the scenario asks for
+        the scheduler's rejection (``workload.oversize: reject``)."""
+        if self.workload.oversize == "reject":
+            return
+        nodes = self.cluster.nodes
+        for i, e in enumerate(self.workload.jobs):
+            if e.size > nodes:
+                raise ValueError(
+                    f"workload.jobs.{i}.size: {e.size} is above cluster.nodes ({nodes}), so the job can "
+                    "never run; lower it, add nodes, or set workload.oversize: reject to have the scheduler "
+                    "reject it"
+                )
+
     def _check_apps(self) -> None:
         """What each program kind finds wrong with its config on this cluster (``ProgramKind.problems``),
         and a job size that contradicts the one its program fixes; each names its field."""
@@ -648,8 +736,10 @@ class Scenario(_Model):
             (f"workload.jobs.{i}", e.app, e.size) for i, e in enumerate(self.workload.jobs)
         ]
         g = self.workload.generator
-        if g is not None:
+        if isinstance(g, PoissonGenerator):
             apps += [(f"workload.generator.classes.{i}", c.app, None) for i, c in enumerate(g.classes)]
+        elif g is not None:
+            apps.append(("workload.generator", g.app, None))
         for where, app, size in apps:
             kind = kinds.get(app.kind)
             for field, what in kind.problems(app, nodes, rate):
@@ -677,6 +767,9 @@ def _fields_of(model: type[BaseModel], loc: tuple) -> list[str]:
             continue
         if part in kinds.names() and part not in getattr(cur, "model_fields", {}):
             cur = kinds.get(part).Config  # the tag of an app section: that kind's fields
+            continue
+        if part in _GENERATORS and part not in getattr(cur, "model_fields", {}):
+            cur = _GENERATORS[part]  # the tag of a generator: that generator's fields
             continue
         fld = getattr(cur, "model_fields", {}).get(part)
         if fld is None:
@@ -713,7 +806,7 @@ def _format_errors(exc: ValidationError) -> list[str]:
             if not (
                 i
                 and (
-                    (p == "poisson" and raw[i - 1] == "generator")
+                    (p in ("poisson", "lublin") and raw[i - 1] == "generator")
                     or (p in kind_names and raw[i - 1] == "app")
                 )
             )
@@ -726,7 +819,10 @@ def _format_errors(exc: ValidationError) -> list[str]:
         if lines and lines[-1].startswith(f"{where}: ") and len(loc) < len(raw):
             lines[-1] += f"; or {err['msg'].removeprefix('Value error, ')}"
             continue
-        if err["type"] == "union_tag_invalid":
+        if err["type"] == "union_tag_invalid" and loc[-1:] == ("generator",):
+            known = ", ".join(_GENERATORS)
+            lines.append(f"{where}.kind: unknown generator kind '{err['ctx']['tag']}'; known kinds: {known}")
+        elif err["type"] == "union_tag_invalid":
             known = ", ".join(kinds.names())
             tag = err["ctx"]["tag"]
             lines.append(f"{where}.kind: unknown program kind '{tag}'; known kinds: {known} (`testbed apps`)")
@@ -932,6 +1028,7 @@ def _resolve_programs(doc: dict, base: Path) -> None:
     gen = wl.get("generator")
     if isinstance(gen, dict):
         apps += [c.get("app") for c in gen.get("classes") or [] if isinstance(c, dict)]
+        apps.append(gen.get("app"))
     for app in apps:
         if isinstance(app, dict) and isinstance(app.get("program"), str):
             app["program"] = str((base / app["program"]).resolve())

@@ -1,7 +1,8 @@
 """Turns a scenario's workload section into jobs. Same seed, same jobs (docs/architecture.md, "Scenarios are
 data").
 
-Four sources, each a function of the scenario: the explicit ``jobs``, the Poisson ``generator``, a
+Four sources, each a function of the scenario: the explicit ``jobs``, the ``generator`` (Poisson, or the
+Lublin-Feitelson model: testbed/scenario/lublin.py), a
 ``trace`` replayed, paper 001's ``divisible`` tasks (testbed/scenario/divisible.py). Each says when a job
 arrives, how many processes it has and how its work is sized; the job's program kind answers the rest in
 one call (:meth:`ProgramKind.plan`), and the scheduler settles how its processes wait.
@@ -18,8 +19,10 @@ import numpy as np
 from testbed.apps import registry as kinds
 from testbed.apps.base import AppConfig, JobPlan, Shape, WaitSpec
 from testbed.core.jobs import Job
+from testbed.scenario import lublin
 from testbed.scenario.divisible import draw as draw_divisible
-from testbed.scenario.model import Scenario
+from testbed.scenario.model import LublinGenerator, Scenario
+from testbed.scenario.swf import TraceError
 from testbed.scenario.swf import read as read_trace
 from testbed.schedulers import registry
 from testbed.schedulers.base import JobSpec, RealTime, job_wait
@@ -55,7 +58,8 @@ def _job(spec: JobSpec, plan: JobPlan, waits: _Waits) -> Job:
 
 
 def _plan(cfg: AppConfig, submit: float, scn: Scenario, shape: Shape = Shape()) -> JobPlan:
-    return kinds.get(cfg.kind).plan(cfg, submit, scn.cluster.cpu_rate, shape)
+    # On a heterogeneous cluster a job is sized for its slowest node (ClusterConfig.min_rate).
+    return kinds.get(cfg.kind).plan(cfg, submit, scn.cluster.min_rate(), shape)
 
 
 def _explicit(scn: Scenario, waits: _Waits) -> list[Job]:
@@ -77,10 +81,12 @@ def _explicit(scn: Scenario, waits: _Waits) -> list[Job]:
 
 def _generated(scn: Scenario, waits: _Waits) -> list[Job]:
     """Poisson arrivals over the generator's classes; each job's length is drawn (or its program's own),
-    its size uniform (or among the sizes its program runs at)."""
+    its size uniform (or among the sizes its program runs at). Or the Lublin-Feitelson model's jobs."""
     gen = scn.workload.generator
     if gen is None:
         return []
+    if isinstance(gen, LublinGenerator):
+        return _lublin(scn, gen, waits)
     rng = np.random.default_rng(scn.workload.seed)
     weights = np.array([c.weight for c in gen.classes], dtype=float)
     weights /= weights.sum()
@@ -118,6 +124,32 @@ def _generated(scn: Scenario, waits: _Waits) -> list[Job]:
     return out
 
 
+def _lublin(scn: Scenario, gen: LublinGenerator, waits: _Waits) -> list[Job]:
+    """The Lublin-Feitelson model's jobs (testbed/scenario/lublin.py), times scaled, the first arriving at
+    ``0``; each runs ``gen.app`` for its drawn run time, as a trace's job does."""
+    drawn = lublin.draw(
+        gen.count, scn.cluster.nodes, scn.workload.seed, gen.job_types == "split", gen.start_hour
+    )
+    t0 = drawn[0].submit_s if drawn else 0.0
+    base = len(scn.workload.jobs)
+    out = []
+    for k, d in enumerate(drawn):
+        run = d.run_s * gen.time_scale
+        submit = round((d.submit_s - t0) * gen.time_scale * gen.arrival_scale, 6)
+        plan = _plan(
+            gen.app, submit, scn, Shape(size=d.size, work=(run, max(1, math.ceil(run / gen.step_s))))
+        )
+        spec = JobSpec(
+            job_id=f"j{base + k}",
+            size=d.size,
+            submit_time=submit,
+            estimate=plan.estimate if gen.estimate == "runtime" else None,
+            job_class=d.job_type if gen.job_types == "split" else "lublin",
+        )
+        out.append(_job(spec, plan, waits))
+    return out
+
+
 def _draw_length(d, rng) -> Shape:
     if d.dist == "exponential":
         return Shape(duration_s=rng.exponential(d.mean_s))
@@ -134,9 +166,7 @@ def _replayed(scn: Scenario, waits: _Waits) -> list[Job]:
     tr = scn.workload.trace
     if tr is None:
         return []
-    nodes = scn.cluster.nodes
-    usable = (j for j in read_trace(tr.path) if j.run > 0 and j.procs > 0)
-    replayed = list(itertools.islice(usable, tr.skip, None if tr.count is None else tr.skip + tr.count))
+    replayed = _trace_selection(scn)
     # Arrivals from the earliest replayed job's: a trace not in submission order never gives a negative
     # time (the jobs are sorted by arrival at the end).
     t0 = min((tj.submit for tj in replayed), default=0.0)
@@ -153,13 +183,78 @@ def _replayed(scn: Scenario, waits: _Waits) -> list[Job]:
             estimate = plan.estimate
         spec = JobSpec(
             job_id=f"t{tj.job}",
-            size=min(nodes, max(1, round(tj.procs * tr.size_scale))),
+            size=_trace_size(tj, tr, scn.cluster.nodes),
             submit_time=submit,
             estimate=estimate,
             job_class=tr.job_class,
         )
         out.append(_job(spec, plan, waits))
     return out
+
+
+def _trace_size(tj, tr, nodes: int) -> int:
+    """A trace job's size: its processors scaled; one wider than the cluster clamped only when asked
+    (``oversize: clamp``; ``refuse`` and ``drop`` never get here)."""
+    size = max(1, round(tj.procs * tr.size_scale))
+    return min(nodes, size) if tr.oversize == "clamp" else size
+
+
+def _trace_selection(scn: Scenario):
+    """The trace jobs replayed, in file order: those that ran (run time and processors known and above
+    0) and whose status is kept, after ``skip``, at most ``count``; one wider than the cluster refuses
+    the trace (a :class:`TraceError` naming it and the fix) or is dropped, as ``oversize`` says."""
+    tr = scn.workload.trace
+    nodes = scn.cluster.nodes
+    keep = None if tr.status is None else set(tr.status)
+
+    def usable(tj) -> bool:
+        if tj.run <= 0 or tj.procs <= 0 or (keep is not None and tj.status not in keep):
+            return False
+        return not (tr.oversize == "drop" and round(tj.procs * tr.size_scale) > nodes)
+
+    picked = list(
+        itertools.islice(
+            filter(usable, read_trace(tr.path)), tr.skip, None if tr.count is None else tr.skip + tr.count
+        )
+    )
+    if tr.oversize == "refuse":
+        wide = [tj for tj in picked if round(tj.procs * tr.size_scale) > nodes]
+        if wide:
+            tj = wide[0]
+            raise TraceError(
+                f"{len(wide)} job(s) wider than the cluster's {nodes} nodes, the first job {tj.job} with "
+                f"{tj.procs} processors; set workload.trace.oversize: clamp, drop or reject, or "
+                "workload.trace.size_scale, or add nodes"
+            )
+    return picked
+
+
+def trace_notes(scn: Scenario) -> list[str]:
+    """What the user should know about the trace's jobs before they run: how many were left out by their
+    status, clamped to the cluster or dropped for their width."""
+    tr = scn.workload.trace
+    if tr is None:
+        return []
+    nodes = scn.cluster.nodes
+    ran = [tj for tj in read_trace(tr.path) if tj.run > 0 and tj.procs > 0]
+    notes = []
+    if tr.status is not None:
+        left = sum(1 for tj in ran if tj.status not in set(tr.status))
+        notes.append(
+            f"workload.trace.status {tr.status}: {left} of the trace's {len(ran)} jobs left out by status"
+        )
+    wide = sum(1 for tj in ran if round(tj.procs * tr.size_scale) > nodes)
+    if wide and tr.oversize in ("clamp", "drop", "reject"):
+        what = {
+            "clamp": f"clamped to {nodes} nodes",
+            "drop": "dropped",
+            "reject": "submitted for the scheduler to reject",
+        }
+        notes.append(
+            f"workload.trace.oversize {tr.oversize}: {wide} trace job(s) wider than {nodes} nodes "
+            f"{what[tr.oversize]}"
+        )
+    return notes
 
 
 def _divisible(scn: Scenario, waits: _Waits) -> list[Job]:

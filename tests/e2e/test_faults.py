@@ -258,6 +258,7 @@ def test_oversize_job_is_rejected_with_reason_and_small_run_completes(scenario_f
         "workload": {
             **SMALL["workload"],
             "jobs": [*SMALL["workload"]["jobs"], {"id": "huge", "size": 9, "app": {"gcomp": 1}}],
+            "oversize": "reject",  # asked for: without it the scenario is refused
         },
     }
     out = tmp_path / "out"

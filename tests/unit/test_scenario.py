@@ -88,7 +88,8 @@ def test_effective_tdf():
     scn = load(doc=MINI)
     assert scenario.effective_tdf(scn, cores=2) == pytest.approx(16 / 1.7)  # 0.3 core kept for control
     assert scenario.effective_tdf(load(doc={**MINI, "clock": {"control_reserve_cores": 0}}), cores=2) == 8.0
-    assert scenario.effective_tdf(load(doc={**MINI, "cluster": {"nodes": 1}}), cores=2) == 1.0
+    one = {**MINI, "cluster": {"nodes": 1}, "workload": {**MINI["workload"], "oversize": "reject"}}
+    assert scenario.effective_tdf(load(doc=one), cores=2) == 1.0
     assert scenario.effective_tdf(load(doc={**MINI, "clock": {"tdf": 3}}), cores=2) == 3.0
 
 

@@ -35,14 +35,16 @@ def _scn(tmp_path, **trace):
 
 def test_replayed_jobs_keep_the_traces_shape_scaled(tmp_path):
     raw = [j for j in swf.read(NASA) if j.run > 0 and j.procs > 0][5:25]
-    jobs = build(_scn(tmp_path, skip=5, count=20, time_scale=0.5, arrival_scale=0.1, step_s=30))
+    jobs = build(
+        _scn(tmp_path, skip=5, count=20, time_scale=0.5, arrival_scale=0.1, step_s=30, oversize="clamp")
+    )
     assert {j.job_id for j in jobs} == {f"t{r.job}" for r in raw}  # ids are the trace's job numbers
     by_id = {j.job_id: j for j in jobs}
     t0 = raw[0].submit
     for r in raw:
         j = by_id[f"t{r.job}"]
         assert j.spec.submit_time == pytest.approx((r.submit - t0) * 0.5 * 0.1)
-        assert j.spec.size == min(64, r.procs)  # capped at the cluster
+        assert j.spec.size == min(64, r.procs)  # clamped to the cluster, as asked
         run = r.run * 0.5
         assert Synthetic.ideal_runtime(j.app) == pytest.approx(run)  # the recorded run time, exactly
         assert j.app.iterations == max(1, -(-run // 30))  # in steps of at most 30 s
