@@ -64,3 +64,60 @@ def test_a_missing_or_bad_trace_is_refused_naming_the_field_or_line(tmp_path):
     bad.write_text("; MaxProcs: 4\n1 0 -1 10 2 -1 -1 2 20 -1 1 1 1 1 1 1 -1 -1\n2 5 -1 10 2\n")
     with pytest.raises(swf.TraceError, match=r"bad.swf:3: 5 fields, an SWF job line has 18"):
         list(swf.read(bad))
+
+
+def _swf(tmp_path) -> Path:
+    """Four jobs: 1 completed on 2 processors, 2 failed (status 0) on 4, 3 completed on 32, 4 cancelled
+    (status 5) on 1."""
+    p = tmp_path / "small.swf"
+    rows = [(1, 0, 2, 1), (2, 5, 4, 0), (3, 9, 32, 1), (4, 12, 1, 5)]
+    lines = [f"{j} {t} -1 10 {n} -1 -1 {n} 20 -1 {st} 1 1 1 1 1 -1 -1" for j, t, n, st in rows]
+    p.write_text("; MaxProcs: 32\n" + "\n".join(lines) + "\n")
+    return p
+
+
+def _small(tmp_path, **trace):
+    doc = {"cluster": {"nodes": 8}, "scheduler": {"name": "batch"}}
+    return load(doc={**doc, "workload": {"trace": {"path": str(_swf(tmp_path)), **trace}}})
+
+
+def test_a_trace_job_wider_than_the_cluster_is_refused_unless_clamped_dropped_or_rejected(tmp_path):
+    from testbed import runner
+    from testbed.core.backend import PreflightError
+    from testbed.scenario.workload import trace_notes
+
+    with pytest.raises(swf.TraceError, match=r"1 job\(s\) wider than the cluster's 8 nodes, the first job 3"):
+        build(_small(tmp_path))
+    with pytest.raises(PreflightError, match=r"^workload.trace: 1 job\(s\) wider .*trace.oversize: clamp, drop"):
+        runner.preflight(_small(tmp_path), "sim", tmp_path / "out")
+    sizes = {j.job_id: j.spec.size for j in build(_small(tmp_path, oversize="clamp"))}
+    assert sizes == {"t1": 2, "t2": 4, "t3": 8, "t4": 1}
+    assert "t3" not in {j.job_id for j in build(_small(tmp_path, oversize="drop"))}
+    assert {j.job_id: j.spec.size for j in build(_small(tmp_path, oversize="reject"))}["t3"] == 32
+    notes = runner.preflight(_small(tmp_path, oversize="clamp"), "sim", tmp_path / "out")
+    assert notes == ["workload.trace.oversize clamp: 1 trace job(s) wider than 8 nodes clamped to 8 nodes"]
+    assert trace_notes(_small(tmp_path, oversize="drop"))[0].endswith("wider than 8 nodes dropped")
+
+
+def test_a_trace_is_filtered_by_its_status_field(tmp_path):
+    from testbed.scenario.workload import trace_notes
+
+    kept = build(_small(tmp_path, status=[1], oversize="drop"))
+    assert [j.job_id for j in kept] == ["t1"]
+    assert [j.job_id for j in build(_small(tmp_path, status=[0, 5]))] == ["t2", "t4"]
+    assert trace_notes(_small(tmp_path, status=[1]))[0] == (
+        "workload.trace.status [1]: 2 of the trace's 4 jobs left out by status"
+    )
+
+
+def test_a_listed_job_wider_than_the_cluster_is_refused_unless_rejection_is_asked():
+    doc = {"cluster": {"nodes": 16}, "workload": {"jobs": [{"size": 4}, {"id": "big", "size": 17}]}}
+    with pytest.raises(ScenarioError) as exc:
+        load(doc=doc)
+    assert str(exc.value) == (
+        "invalid scenario: workload.jobs.1.size: 17 is above cluster.nodes (16), so the job can never run; "
+        "lower it, add nodes, or set workload.oversize: reject to have the scheduler reject it"
+    )
+    assert (
+        load(doc={**doc, "workload": {**doc["workload"], "oversize": "reject"}}).workload.jobs[1].size == 17
+    )
