@@ -137,9 +137,13 @@ def rayjob(name: str, scn: dict, image: str, head_node: bool = False) -> dict:
     """``head_node``: a program of the workload has a head process (ProgramKind.head), which runs on a node
     agent of its own beside the cluster's: one more worker pod."""
     c = scn.get("cluster") or {}
-    nodes = int(c.get("nodes", 16)) + (1 if head_node else 0)
+    groups = c.get("groups") or []
+    nodes = int(c.get("nodes", sum(g["count"] for g in groups) or 16)) + (1 if head_node else 0)
     cores = int(c.get("cores_per_node", 1))
-    rate = float(c.get("cpu_rate", 1.0))
+    # Heterogeneous nodes (cluster.groups) share one worker group: every pod is sized for the largest node
+    # (each node's envelope then fixes its own rate inside its pod).
+    rate = max((float(g.get("cpu_rate", 1.0)) for g in groups), default=float(c.get("cpu_rate", 1.0)))
+    memory_mb = max((g["memory_mb"] for g in groups if g.get("memory_mb")), default=c.get("memory_mb"))
     labels = {LABEL: "testbed", "testbed/scenario": name}
     metrics = {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}
     head_ports = [
@@ -150,7 +154,7 @@ def rayjob(name: str, scn: dict, image: str, head_node: bool = False) -> dict:
     # The head hosts the driver, the coordinator and Ray's control plane: 1 core, 2 GiB.
     head = _container("ray-head", image, _resources(1.0, 2048), head_ports)
     # A node pod: the emulated node's CPU (rate x cores) plus 0.25 core for its agent and raylet.
-    worker = _container("ray-worker", image, _resources(rate * cores + 0.25, c.get("memory_mb")), [metrics])
+    worker = _container("ray-worker", image, _resources(rate * cores + 0.25, memory_mb), [metrics])
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",

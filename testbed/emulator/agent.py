@@ -41,6 +41,7 @@ from testbed.schedulers import registry
 from testbed.schedulers.base import (
     JobSpec,
     LocalDecision,
+    NodeInfo,
     Proc,
     ProcAdded,
     ProcExited,
@@ -151,7 +152,8 @@ class NodeAgent:
         self.clock = Clock.starting_now(self.cfg.tdf)
         self.events = ev.EventWriter(self.run_dir / "events" / f"node{self.node}.jsonl", f"node{self.node}")
         self.sched = registry.get(self.cfg.scheduler)
-        self.policy = self.sched.make_local(self.node, self.cfg.params, self.cfg.seed)
+        info = NodeInfo(self.cfg.cpu_rate, self.cfg.memory_mb)
+        self.policy = self.sched.make_local(self.node, self.cfg.params, self.cfg.seed, info)
         # Paired gang predicts from each process's CPU use per quantum: report it to the coordinator.
         self.report_quanta = getattr(self.sched.global_policy, "wants_utilization", False)
         self.procs: dict[Proc, _ProcState] = {}
@@ -281,6 +283,7 @@ class NodeAgent:
         configured = self.envelope.configured_rate() or self.cfg.cpu_rate * self.cfg.cores / self.cfg.tdf
         return {
             "node": self.node,
+            "cpu_rate": self.cfg.cpu_rate,  # the node's own: what ``configured`` is made from
             "configured": configured,
             "delivered": delivered,
             "error": (delivered - configured) / configured,

@@ -306,11 +306,11 @@ class RayBackend:
                 node=n,
                 run_dir=str(self.run_dir),
                 tdf=tdf,
-                cpu_rate=c.cpu_rate,
+                cpu_rate=info.rate,
                 cores=c.cores_per_node,
                 envelope=c.envelope,
                 cfs_period_us=round(c.cfs_period_ms * 1000),
-                memory_mb=c.memory_mb,
+                memory_mb=info.memory_mb,
                 scheduler=scn.scheduler.name,
                 params=scn.scheduler.params,
                 seed=scn.workload.seed,
@@ -323,7 +323,7 @@ class RayBackend:
                 key=key,
                 max_frame_body=max_frame_body,
             )
-            for n in range(c.nodes)
+            for n, info in enumerate(c.node_info())
         ]
         # The head node (node N = cluster.nodes), when some job's kind has a head process: a machine of
         # its own beside the cluster (paper 001's head sends the data), so an agent with its own NIC in a
@@ -379,7 +379,7 @@ class RayBackend:
             tdf=self.outcome.tdf,
             duration_s=scn.duration_s,
             monitoring=mon,
-            node_memory_mb=c.memory_mb,
+            node_info=c.node_info(),
             faults=scn.faults.faults(),
             on_node_down=scn.faults.on_node_down,
         )
@@ -440,8 +440,8 @@ def _check_quota(scn: Scenario, tdf: float) -> None:
     if c.envelope == "none":
         return
 
-    try:
-        quota_us(round(c.cfs_period_ms * 1000), c.cpu_rate, c.cores_per_node, tdf)
+    try:  # the slowest node's quota is the smallest
+        quota_us(round(c.cfs_period_ms * 1000), c.min_rate(), c.cores_per_node, tdf)
     except ValueError as exc:
         raise PreflightError(f"cluster.cfs_period_ms: {exc}") from None
 

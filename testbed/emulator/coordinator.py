@@ -31,7 +31,7 @@ from testbed.emulator.control import KillJob, NodeCommand, NodeHandle, Ping, Set
 from testbed.emulator.loop import LoopThread
 from testbed.emulator.mechanism.priority import raise_process_nice, raise_thread_priority
 from testbed.schedulers import registry
-from testbed.schedulers.base import Dispatch
+from testbed.schedulers.base import Dispatch, NodeInfo
 
 #: How long a rank's failure caused by a vanished peer waits for the failure that caused it (real s).
 SUSPECT_GRACE_REAL_S = 2.0
@@ -62,14 +62,13 @@ class Coordinator:
         tdf: float,
         duration_s: float | None = None,
         monitoring: dict | None = None,
-        node_memory_mb: float | None = None,
+        node_info: Sequence[NodeInfo] | None = None,
         faults: Sequence[Fault] = (),
         on_node_down: OnNodeDown = OnNodeDown.FAIL,
     ) -> None:
         self.nodes = nodes
         self.sched_name = scheduler
-        self.policy = registry.get(scheduler).make_global(nodes, params, seed)
-        self.policy.set_node_memory(node_memory_mb)
+        self.policy = registry.get(scheduler).make_global(nodes, params, seed, node_info)
         self.handles = list(handles)
         self.nics = list(nic_addresses)
         self.tdf = tdf

@@ -10,7 +10,7 @@ import csv
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +38,11 @@ JOB_COLUMNS = [
     "final_state",
     "reason",
 ]
+
+
+#: jobs.csv's column, after allocated_resources, on a heterogeneous cluster: the allocated nodes' rates,
+#: each with its nodes (``0.43:0-7 1:8-15``).
+ALLOCATED_RATES = "allocated_rates"
 
 
 class FinalState(StrEnum):
@@ -79,6 +84,9 @@ class RunFacts:
     envelope: str
     backend: str
     scheduler: str
+    #: Each node's rate, node i at index i, on a heterogeneous cluster (``cluster.groups``); empty when
+    #: every node has ``cpu_rate`` (the results then have no per-node rates).
+    node_rates: tuple[float, ...] = ()
 
 
 def facts_of(scn, backend: str, tdf: float, envelope: str) -> RunFacts:
@@ -94,7 +102,18 @@ def facts_of(scn, backend: str, tdf: float, envelope: str) -> RunFacts:
         envelope=envelope,
         backend=backend,
         scheduler=scn.scheduler.name,
+        node_rates=() if c.groups is None else tuple(i.rate for i in c.node_info()),
     )
+
+
+def rates_by_node(rates: Sequence[float], nodes: Iterable[int] | None = None) -> str:
+    """Each rate with its nodes (of ``nodes``; all by default) in interval-set notation, slowest first:
+    ``0.43:0-7 1:8-15``."""
+    by_rate: dict[float, list[int]] = defaultdict(list)
+    for n in range(len(rates)) if nodes is None else nodes:
+        if 0 <= n < len(rates):
+            by_rate[rates[n]].append(n)
+    return " ".join(f"{r:g}:{interval_set(ns)}" for r, ns in sorted(by_rate.items()))
 
 
 #: The reason given to a job that started and has no end in the event log: the run stopped under it
@@ -128,6 +147,7 @@ class Tally:
         self.samples: dict[tuple[str, str], list[float]] = {}  # (unit, class) -> [sum, count, max]
         self.rt: set[str] = set()  # real-time jobs (job_submitted's realtime)
         self.finishes: dict[str, dict[int, float]] = defaultdict(dict)  # job -> rank -> reported finish
+        self.nodes_of: dict[str, tuple[int, ...]] = {}  # job -> the nodes of its (last) start
 
     def add(self, e: dict) -> None:
         kind = e["kind"]
@@ -189,6 +209,7 @@ class Tally:
             row = self.jobs[e["job"]]
             row["starting_time"] = t
             row["allocated_resources"] = interval_set(e.get("nodes", []))
+            self.nodes_of[e["job"]] = tuple(e.get("nodes", ()))
             self.start[e["job"]] = t
         elif kind in self._FINAL:
             row = self.jobs[e["job"]]
@@ -331,10 +352,13 @@ def summarize(events: Iterable[dict] | Tally, facts: RunFacts) -> dict:
     # job's CPU but not the cluster's.
     head_cpu = sum(cpu for node, cpu in t.cpu_by_node.items() if node >= facts.nodes)
     total_cpu = sum(r["cpu_time"] or 0.0 for r in rows) - head_cpu
-    capacity = facts.nodes * facts.cores_per_node * facts.cpu_rate * makespan
-    util = total_cpu / capacity if capacity > 0 else 0.0
-    # Paper 003: E = (B + X*U) * N * T.
-    energy = (facts.idle_watts + facts.busy_watts * util) * facts.nodes * makespan
+    if facts.node_rates:
+        util, energy = _hetero_util_energy(t, facts, total_cpu, makespan)
+    else:
+        capacity = facts.nodes * facts.cores_per_node * facts.cpu_rate * makespan
+        util = total_cpu / capacity if capacity > 0 else 0.0
+        # Paper 003: E = (B + X*U) * N * T.
+        energy = (facts.idle_watts + facts.busy_watts * util) * facts.nodes * makespan
     counts: dict[str, int] = defaultdict(int)
     for r in rows:
         counts[r["final_state"]] += 1
@@ -369,12 +393,28 @@ def summarize(events: Iterable[dict] | Tally, facts: RunFacts) -> dict:
         "quanta_paired_fraction": t.paired_fraction(),
         "jobs_not_as_planned": unplanned(rows),
     }
+    if facts.node_rates:
+        out["node_rates"] = rates_by_node(facts.node_rates)
     out.update(t.ratios(rows))
     spread = t.finish_spread()
     if spread is not None:
         out["finish_spread_s"] = spread
     out.update(t.progress_rates())
     return out
+
+
+def _hetero_util_energy(t: Tally, facts: RunFacts, total_cpu: float, makespan: float) -> tuple[float, float]:
+    """Utilisation and energy of a cluster whose nodes differ in rate: U is the CPU used over the
+    cluster's capacity (each node's cores at its own rate), and each node i draws P = B + X*u_i, u_i its
+    own CPU over its own capacity (the same B and X for every node), so E = sum_i (B + X*u_i) * T; on
+    alike nodes both are paper 003's."""
+    per_core = [facts.cores_per_node * r * makespan for r in facts.node_rates]
+    capacity = sum(per_core)
+    if capacity <= 0:
+        return 0.0, facts.idle_watts * facts.nodes * makespan
+    busy = sum(t.cpu_by_node.get(n, 0.0) / cap for n, cap in enumerate(per_core))
+    energy = (facts.idle_watts * facts.nodes + facts.busy_watts * busy) * makespan
+    return total_cpu / capacity, energy
 
 
 #: Marks the per-class progress rates in a summary: ``<unit>_per_s.<class>``.
@@ -420,8 +460,14 @@ def write(run_dir: Path, events: Iterable[dict], facts: RunFacts, extra: dict | 
     """jobs.csv and summary.json from the events (any iterable: a list, or a file read line by line)."""
     t = tally(events)
     rows = t.rows()
+    columns = JOB_COLUMNS
+    if facts.node_rates:  # each job's nodes' rates beside its nodes
+        at = JOB_COLUMNS.index("allocated_resources") + 1
+        columns = [*JOB_COLUMNS[:at], ALLOCATED_RATES, *JOB_COLUMNS[at:]]
+        for r in rows:
+            r[ALLOCATED_RATES] = rates_by_node(facts.node_rates, t.nodes_of.get(r["job_id"], ()))
     with open(run_dir / "jobs.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=JOB_COLUMNS)
+        w = csv.DictWriter(fh, fieldnames=columns)
         w.writeheader()
         for r in rows:
             w.writerow(

@@ -470,8 +470,10 @@ class Simulation:
         p.done = True
         p.allowed = False
         del node.procs[p.proc]
+        # cpu_s as the kernel counts it on real processes: CPU seconds at rate 1.0 (the node's CPU held
+        # for p.cpu_s emulated seconds, at its rate), so results divide by each node's rate alike.
         self._emit(node.src, ev.PROC_EXITED, self.now, job=p.proc.job_id, rank=p.rank, node=node.idx,
-                   code=code, cpu_s=p.cpu_s, reason=reason)  # fmt: skip
+                   code=code, cpu_s=p.cpu_s * node.rate, reason=reason)  # fmt: skip
 
     def dispatch(self, d: Dispatch, nodes: Sequence[int]) -> None:
         spread = self.skew / max(1, len(self.nodes) - 1)
