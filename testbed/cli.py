@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import traceback
@@ -234,11 +235,32 @@ def _report_runs(scn, dest: Path, summaries: list[dict]) -> None:
     from testbed.results import summary as results
 
     out.print(results.table(summaries, title=f"{scn.name}: {scn.scheduler.name}, {scn.cluster.nodes} nodes"))
+    if len(summaries) > 1:
+        _print_repetitions(dest)
     for s in summaries:
         if s.get("envelope_note"):
             err.print(f"[yellow]warning:[/yellow] {s['envelope_note']}")
     out.print(f"results: {dest}")
     _exit_on([results.unplanned_line(b) for s in summaries for b in s.get("jobs_not_as_planned") or ()])
+
+
+def _print_repetitions(folder: Path) -> None:
+    """The repetitions' seeds and the headline metrics' means with their 95 % confidence intervals."""
+    from testbed.results import stats
+
+    try:
+        doc = json.loads((folder / stats.REPETITIONS_FILE).read_text())
+    except (OSError, ValueError):
+        return
+    seeds = doc.get("workload_seeds") or []
+    seed_text = f"workload seed {seeds[0]} for all" if len(set(seeds)) == 1 else f"workload seeds {seeds}"
+    head = f"{doc['repetitions']} repetitions, {seed_text}; mean ± 95 % confidence half-width:"
+    out.print(head, highlight=False)
+    for m in ("mean_response_time_s", "mean_slowdown", "utilization", "makespan_s"):
+        d = doc["metrics"].get(m)
+        if d and d.get("ci95_low") is not None:
+            half = (d["ci95_high"] - d["ci95_low"]) / 2
+            out.print(f"  {m}: {d['mean']:.4g} ± {half:.3g} (stdev {d['stdev']:.3g})", highlight=False)
 
 
 def _exit_on(problems: list[str]) -> None:

@@ -34,7 +34,7 @@ from testbed.core.jobs import Job
 from testbed.emulator import ray_auth
 from testbed.emulator.mechanism import docker_envelope
 from testbed.emulator.mechanism.envelope import MIN_QUOTA_US, probe_envelopes, probe_pod
-from testbed.results import comparison
+from testbed.results import comparison, stats
 from testbed.results import folder as outfolder
 from testbed.results import summary as results
 from testbed.scenario import Scenario, effective_tdf, sweep
@@ -79,6 +79,7 @@ def preflight(scn: Scenario, backend: str, out: Path | None = None, force: bool 
         built.append(_check_jobs(s, where))
     notes: list[str] = []
     for where, s in runs:
+        _check_repetitions(s, backend, where)
         notes += [f"{where}{n}" for n in trace_notes(s) if f"{where}{n}" not in notes]
     if backend == "ray":
         for (where, _), jobs in zip(runs, built, strict=True):
@@ -97,6 +98,16 @@ def preflight(scn: Scenario, backend: str, out: Path | None = None, force: bool 
     else:
         check_writable(DEFAULT_PARENT, f"results folder {DEFAULT_PARENT}/ (default; --out chooses another)")
     return notes
+
+
+def _check_repetitions(scn: Scenario, backend: str, where: str) -> None:
+    """Repetitions of the simulator with one seed are one deterministic run counted again: refused."""
+    if backend == "sim" and scn.repetitions > 1 and not sweep.seeds_vary(scn, backend):
+        raise PreflightError(
+            f"{where}repetitions: {scn.repetitions} runs of the simulator with one workload seed "
+            "(repetition_seeds: same) are one deterministic run counted again; set repetition_seeds: vary "
+            "(or auto), or repetitions: 1"
+        )
 
 
 def _check_jobs(scn: Scenario, where: str) -> None:
@@ -326,7 +337,11 @@ def run_once(
                 run_dir,
                 ev.read_jsonl(run_dir / "events.jsonl"),
                 results.facts_of(scn, backend, outcome.tdf, outcome.envelope),
-                {**outcome.summary_fields(), results.JOBS_PLANNED: len(jobs)},
+                {
+                    **outcome.summary_fields(),
+                    results.JOBS_PLANNED: len(jobs),
+                    results.WORKLOAD_SEED: scn.workload.seed,  # a repetition's own: stated in its results
+                },
             )
         if outcome.cause is not None and not isinstance(outcome.cause, Exception):
             raise outcome.cause  # Ctrl-C: on up, the results written
@@ -376,11 +391,28 @@ def run(
     summaries = []
     with _claimed(out):
         for rep in range(scn.repetitions):
+            one = sweep.repetition(scn, rep, backend)
             summaries.append(
-                run_once(scn, backend, out / f"rep-{rep + 1}", on_status, on_phase, prometheus, notice)
+                run_once(one, backend, out / f"rep-{rep + 1}", on_status, on_phase, prometheus, notice)
             )
         (out / "summaries.json").write_text(json.dumps(summaries, indent=2) + "\n")
+        _write_repetitions(out, summaries, notice)
     return summaries
+
+
+def _write_repetitions(folder: Path, summaries: list[dict], notice=None) -> None:
+    """``folder/repetitions.json``: each repetition's seed and each metric's mean, stdev and 95 % interval;
+    repetitions that all ended with the same jobs.csv are said to be identical, there and to the user."""
+    reps = [folder / f"rep-{k + 1}" for k in range(len(summaries))]
+    same = stats.identical(reps)
+    seeds = [s.get(results.WORKLOAD_SEED) for s in summaries]
+    doc = stats.repetitions_doc(summaries, seeds, same, [*comparison.METRICS, *comparison.OPTIONAL_METRICS])
+    stats.write_repetitions(folder, doc)
+    if same and notice is not None:
+        notice(
+            f"warning: {folder}: the {len(summaries)} repetitions ended with identical jobs.csv files "
+            f"(workload seeds {sorted(set(seeds))}): their spread is 0 by construction, not a measurement"
+        )
 
 
 def _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice) -> list[dict]:
@@ -413,9 +445,8 @@ def _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice) -> li
                 claim_out(vdir)
                 for rep in range(reps):
                     run_dir = vdir if reps == 1 else vdir / f"rep-{rep + 1}"
-                    res.summaries.append(
-                        run_once(v.scenario, backend, run_dir, on_status, phase, prometheus, say)
-                    )
+                    one = sweep.repetition(v.scenario, rep, backend)
+                    res.summaries.append(run_once(one, backend, run_dir, on_status, phase, prometheus, say))
                 res.status = comparison.VariantStatus.OK
             except Exception as exc:  # noqa: BLE001 - recorded with the variant; the sweep goes on
                 res.status = comparison.VariantStatus.FAILED
@@ -427,6 +458,7 @@ def _run_sweep(scn, backend, out, on_status, on_phase, prometheus, notice) -> li
                 say(f"variant {v.name} failed: {res.error}; the sweep goes on")
             if reps > 1 and res.summaries:
                 (vdir / "summaries.json").write_text(json.dumps(res.summaries, indent=2) + "\n")
+                _write_repetitions(vdir, res.summaries, say)
     finally:
         rows = comparison.write(out, done, title=scn.name)
     return rows

@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from rich.table import Table
 
 from testbed.core.jobs import StrEnum
+from testbed.results import stats
 from testbed.results import summary as results
 from testbed.scenario.sweep import Variant
 
@@ -39,6 +39,10 @@ OPTIONAL_METRICS = (
     "be_mean_response_time_s",
     "finish_spread_s",
 )
+
+
+#: comparison.csv: the suffix of a metric's 95 % confidence half-width over repetitions (mean ± it).
+CI95 = "_ci95"
 
 
 def is_metric(name: str) -> bool:
@@ -113,8 +117,8 @@ def _metric(s: dict, name: str) -> float | None:
 
 def comparison_rows(res: list[VariantResult], keys: list[str] | None = None) -> list[dict]:
     """One row per variant: its name, the effective value of every overridden key, status, repetitions
-    finished, each metric (the mean over repetitions, with ``<metric>_stdev`` when any variant ran more
-    than one) and the error of a failed variant."""
+    finished, each metric (the mean over repetitions, with ``<metric>_stdev`` and ``<metric>_ci95``, the
+    95 % confidence half-width, when any variant ran more than one) and the error of a failed variant."""
     keys = keys if keys is not None else override_keys([r.variant for r in res])
     multi = any(r.variant.scenario.repetitions > 1 for r in res)
     found = {k for r in res for s in r.summaries for k, v in s.items() if v is not None and is_metric(k)}
@@ -134,7 +138,9 @@ def comparison_rows(res: list[VariantResult], keys: list[str] | None = None) -> 
                 mean = int(mean)
             row[m] = mean
             if multi:
-                row[f"{m}_stdev"] = statistics.stdev(vals) if len(vals) > 1 else None
+                d = stats.describe(vals)
+                row[f"{m}_stdev"] = d.stdev if d is not None else None
+                row[f"{m}{CI95}"] = d.ci95_half if d is not None else None
         bad = [b for s in r.summaries for b in s.get("jobs_not_as_planned") or ()]
         row["jobs_not_as_planned"] = len(bad)
         row["not_as_planned"] = (
@@ -279,7 +285,7 @@ def table(rows: list[dict], title: str = "comparison"):
     terminal; the CSV has one row per variant."""
 
     fixed = {"variant", "status", "repetitions", "error", *JOB_STATES}
-    cols = [k for k in (rows[0] if rows else {}) if not k.endswith("_stdev")]
+    cols = [k for k in (rows[0] if rows else {}) if not k.endswith(("_stdev", CI95))]
     keys = [k for k in cols if k not in fixed and not is_metric(k)]
     metrics = [k for k in cols if is_metric(k)]
 

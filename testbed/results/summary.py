@@ -57,6 +57,9 @@ class FinalState(StrEnum):
 
 #: ``write``'s extra key: how many jobs the workload holds; the summary then counts those never submitted.
 JOBS_PLANNED = "jobs_planned"
+#: summary.json: the workload seed the run's jobs were drawn with (a repetition's own: seed + k in the
+#: simulator, testbed/scenario/sweep.py ``repetition``).
+WORKLOAD_SEED = "workload_seed"
 JOBS_NEVER_SUBMITTED = "jobs_never_submitted"
 
 

@@ -665,6 +665,12 @@ class Scenario(_Model):
     )
     wall_limit_s: float = Field(1800.0, gt=0, description="real-time guard for the whole run")
     repetitions: int = Field(1, ge=1, le=1000)
+    repetition_seeds: Literal["auto", "vary", "same"] = Field(
+        "auto",
+        description="the workload seed of repetition k (0, 1, ...): vary = workload.seed + k; same = "
+        "workload.seed for all (real processes then measure the host's noise); auto = vary in the "
+        "simulator (deterministic: one seed would repeat one run), same on real processes",
+    )
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     faults: FaultsConfig = Field(default_factory=FaultsConfig)
     sweep: Annotated[
@@ -680,6 +686,11 @@ class Scenario(_Model):
         # A job larger than the cluster is not an input error: the scheduler rejects it with a reason,
         # as a real cluster would. Generator bounds above the cluster are a mistake in the file, though.
         self._check_oversize()
+        if self.workload.seed + self.repetitions - 1 > MAX_SEED:
+            raise ValueError(
+                f"workload.seed: {self.workload.seed} + {self.repetitions - 1} repetitions is above "
+                f"{MAX_SEED}, the largest seed; lower it"
+            )
         g = self.workload.generator
         if isinstance(g, PoissonGenerator) and g.size.max > self.cluster.nodes:
             raise ValueError(

@@ -123,3 +123,23 @@ def variants(scn: Scenario) -> list[Variant]:
             note = f"variant '{v.name}': its jobs differ from the base scenario's (it sets {keys})"
             built[i] = Variant(v.name, v.overrides, v.scenario, (*v.notes, note))
     return built
+
+
+# --------------------------------------------------------------------------------------------------------
+# Repetitions: the same scenario again, with the workload seed of repetition k
+
+
+def seeds_vary(scn: Scenario, backend: str) -> bool:
+    """Whether ``scn``'s repetitions on ``backend`` draw their workloads from different seeds: ``vary``,
+    or ``auto`` in the simulator (a deterministic run repeated with one seed is one run, counted again)."""
+    mode = scn.repetition_seeds
+    return mode == "vary" or (mode == "auto" and backend == "sim")
+
+
+def repetition(scn: Scenario, k: int, backend: str) -> Scenario:
+    """Repetition ``k`` (from 0) of ``scn`` on ``backend``: its workload seed is ``workload.seed + k`` when
+    the seeds vary (:func:`seeds_vary`), ``workload.seed`` otherwise."""
+    if k == 0 or not seeds_vary(scn, backend):
+        return scn
+    workload = scn.workload.model_copy(update={"seed": scn.workload.seed + k})
+    return scn.model_copy(update={"workload": workload})
