@@ -3,8 +3,10 @@ backfilling (docs/policies.md, "Batch, allocation and energy"). Allocation is PA
 block) or NO PACKING (random).
 
 Memory-aware allocation (:class:`~testbed.schedulers.placement.NodeMemory`, paper 003 §5.3) is shared by
-every placing scheduler. Under batch a free node holds no other process, so all its memory is free: the
-only job memory can refuse is one whose process is bigger than a whole node, and that one is rejected."""
+every placing scheduler. Under batch a free node holds no other process, so all its memory is free: on
+alike nodes the only job memory can refuse is one whose process is bigger than a whole node, and that one
+is rejected; on nodes whose memory differs (``cluster.groups``) a job goes only on free nodes big enough
+for its processes."""
 
 from __future__ import annotations
 
@@ -55,6 +57,13 @@ class BatchGlobal(FcfsQueue):
 
     # ----------------------------------------------------------------------------------------------------
 
+    def _free_for(self, job: JobSpec, nodes: set[int] | None = None) -> set[int]:
+        """The nodes of ``nodes`` (default: the free ones) that can hold ``job``'s processes."""
+        nodes = self.free if nodes is None else nodes
+        if self.mem.alike:
+            return nodes
+        return {n for n in nodes if self.mem.fits(n, job)}
+
     def _allocate(self, candidates: Iterable[int], size: int) -> tuple[int, ...]:
         if self.packing:
             return pack(candidates, size)
@@ -68,9 +77,9 @@ class BatchGlobal(FcfsQueue):
 
     def _schedule(self, now: float) -> list[GlobalAction]:
         actions: list[GlobalAction] = []
-        while self.queue and self.queue[0].size <= len(self.free):
+        while self.queue and self.queue[0].size <= len(fit := self._free_for(self.queue[0])):
             job = self.queue.pop(0)
-            actions.append(self._start(now, job, self._allocate(self.free, job.size)))
+            actions.append(self._start(now, job, self._allocate(fit, job.size)))
         if self.backfill and len(self.queue) > 1:
             actions.extend(self._backfill(now))
         return actions
@@ -79,21 +88,22 @@ class BatchGlobal(FcfsQueue):
         """EASY: the earliest time the head can start by the running jobs' estimates, and the nodes it
         will take then. Jobs that overran their estimate are taken to end now."""
         head = self.queue[0]
-        avail = set(self.free)
+        avail = set(self._free_for(head))
         shadow = now
         freed_later: set[int] = set()
         for _job_id, (nodes, end) in sorted(self.running.items(), key=lambda kv: (kv[1][1], kv[0])):
             if len(avail) >= head.size:
                 break
             shadow = max(shadow, end)
-            avail.update(nodes)
-            freed_later.update(nodes)
+            fit = self._free_for(head, set(nodes))
+            avail.update(fit)
+            freed_later.update(fit)
         if self.packing:
             reserved = set(pack(avail, head.size))
         else:
             # Nodes that are busy now cannot be backfilled anyway: reserving them first leaves the
             # most free nodes to later jobs.
-            order = sorted(freed_later) + sorted(self.free)
+            order = sorted(freed_later) + sorted(self._free_for(head))
             reserved = set(order[: head.size])
         return shadow, reserved
 
@@ -103,13 +113,14 @@ class BatchGlobal(FcfsQueue):
             return []  # the head waits on a job of unknown length: nothing may pass it
         actions: list[GlobalAction] = []
         for job in list(self.queue[1:]):
-            if job.size > len(self.free):
+            free = self._free_for(job)
+            if job.size > len(free):
                 continue
             ends_in_time = job.estimate is not None and now + job.estimate <= shadow
             if ends_in_time:
-                nodes = self._allocate(self.free, job.size)
+                nodes = self._allocate(free, job.size)
             else:
-                spare = self.free - reserved
+                spare = free - reserved
                 if job.size > len(spare):
                     continue
                 nodes = self._allocate(spare, job.size)

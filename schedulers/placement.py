@@ -94,6 +94,17 @@ class NodeMemory:
         self.aware = getattr(policy.params, "memory_aware", True)
         self.used = [0.0] * policy.nodes
         self.held: dict[str, tuple[tuple[int, ...], float]] = {}  # job -> (nodes, MB per process)
+        self._seen: tuple = ()  # the node_info ``alike`` was computed for
+        self._alike = True
+
+    @property
+    def alike(self) -> bool:
+        """True when every node's memory is checked alike (all the same, or no check): an empty node then
+        holds any process that :meth:`never_fits` lets through."""
+        info = self.policy.node_info
+        if info is not self._seen:
+            self._seen, self._alike = info, not self.aware or len({i.memory_mb for i in info}) <= 1
+        return self._alike
 
     def capacity(self, node: int) -> float | None:
         """Memory of ``node`` (MB) when the check is on, else None."""
