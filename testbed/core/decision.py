@@ -202,6 +202,20 @@ class DecisionCore:
     # ----------------------------------------------------------------------------------------------------
     # Queries
 
+    def never_startable(self) -> str | None:
+        """When nothing is left to happen (no event, no fault to come): the first queued job wider than the
+        nodes still up, and why it can never start, in one line; None if there is none."""
+        up = self.nodes - len(self.down)
+        for rec in self.jobs.values():
+            size = rec.job.spec.size
+            if rec.state == JobState.QUEUED and size > up:
+                down = ", ".join(str(n) for n in sorted(self.down))
+                return (
+                    f"job {rec.job.job_id} can never start: it needs {size} nodes and {up} of {self.nodes} "
+                    f"are up (node(s) {down} went down and no fault brings them back)"
+                )
+        return None
+
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for rec in self.jobs.values():

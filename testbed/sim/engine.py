@@ -247,6 +247,8 @@ class Simulation:
         #: Real seconds the run may take, as on real processes: a scenario whose events never thin out
         #: (a tiny quantum over a long job) ends with the limit, not when the user gives up.
         self.wall_limit_s = wall_limit_s
+        #: Why the run stopped with jobs queued forever (a job wider than the nodes still up), if it did.
+        self.never_started: str | None = None
         self.events: list[dict] = []
         self._sink = sink if sink is not None else self.events.append
         self.coord = "coordinator"
@@ -312,6 +314,8 @@ class Simulation:
             # Said as a real run says it: the duration, a stall (the simulator's own reason), or every job
             # ended.
             outcome.ended = sim.core.ended or ALL_JOBS_ENDED
+            if sim.never_started is not None:  # a queue that could never move again: the run's one error
+                outcome.error = sim.never_started
         finally:
             sink.close()
         return outcome
@@ -400,7 +404,11 @@ class Simulation:
         ):
             self._end(self.duration, KILLED_REASON)
         else:
-            self._end(self.now, stall_reason or "simulation stalled: no event left and the job never ended")
+            # Nothing left to happen: a job too wide for the nodes still up is why, when there is one.
+            blocked = None if stall_reason is not None or not self.core.down else self.core.never_startable()
+            stuck = "simulation stalled: no event left and the job never ended"
+            self._end(self.now, stall_reason or blocked or stuck)
+            self.never_started = blocked
         return self.events
 
     def status(self) -> dict:
