@@ -17,9 +17,13 @@ This module is the policies' model of such a task, pure and deterministic:
 * the schedulability test over the list of times at which nodes become free (:func:`plan`), with MCDF's
   order (largest cost derivative first) or FIFO's or EDF's, and the number of nodes n_min or "all";
 
-and the seven schedulers built on it: ``mcdf``, ``fifo-an``, ``fifo-mn``, ``edf-an``, ``edf-mn`` (the same
-admission test, their order and their number of nodes), ``fifo-anna`` and ``edf-anna`` (all nodes, no
-admission test: every task runs, late or not).
+* a cluster manager's admission test for the FIFO and EDF baselines (:func:`queue_plan`): one queue in
+  their order, each task on the nodes it asked for at arrival, none overtaking;
+
+and the seven schedulers built on it: ``mcdf`` (the walk, largest cost derivative first), ``fifo-an``,
+``fifo-mn``, ``edf-an``, ``edf-mn`` (the queue by default; ``admission_test: walk`` runs MCDF's walk in
+their order), ``fifo-anna`` and ``edf-anna`` (all nodes, no admission test: every task runs, late or
+not).
 
 Choices the paper leaves open, made here (docs/policies.md says where):
 
@@ -32,8 +36,15 @@ Choices the paper leaves open, made here (docs/policies.md says where):
   setup costs, all N nodes are slower). ``all_nodes: every`` reads "all nodes" literally: the task holds
   every node it may use and computes on the fastest number of them (the others get an empty chunk). The
   two differ only with a link setup cost; docs/policies.md gives both readings' results.
-* FIFO and EDF run the same walk as MCDF with the order replaced: at each time, the tasks are placed in
-  that order where they fit, so a later task may start at a time an earlier one does not fit.
+* The baselines' admission test is not given in the paper, which calls them the "popular algorithms" of
+  cluster managers. By default (``admission_test: queue``) it is a cluster manager's: a job asks for its
+  nodes when it arrives (all, or n_min from its arrival) and keeps them; the queue starts in FIFO or EDF
+  order without overtaking. ``admission_test: walk`` (the reading before issue 25) runs MCDF's walk with
+  the order replaced: sized n_min at each time, and a later task may start where an earlier one does
+  not fit yet.
+* Tasks arriving at one instant are all tested before any is dispatched (``batch: joint``, the paper's
+  MCDF() loop: a task admitted may be re-planned by the next test of its batch); the dispatch is a
+  tick() at that instant. ``batch: each`` dispatches a task as soon as it is admitted.
 * A task that cannot meet its deadline even alone on the whole idle cluster is rejected at arrival with
   that reason, by all seven schedulers (ANNA included: it is bad input, not a scheduling decision).
 * Plans are made at arrivals (the paper's algorithm); a task that finishes earlier or later than planned
@@ -360,6 +371,54 @@ def plan(
     return out
 
 
+def queue_plan(
+    tasks: Sequence[Task],
+    free_at: Sequence[float],
+    order: str,
+    sizing: str,
+    nodes: int,
+    *,
+    every: bool = False,
+) -> list[Placement]:
+    """A cluster manager's admission test (docs/policies.md, "The baselines' admission test"): the FIFO
+    and EDF baselines' default, ``admission_test: queue``.
+
+    The tasks form one queue in the scheme's order (``order`` "fifo": arrival; "edf": absolute deadline).
+    Each asked for its nodes when it arrived, as a job asks a cluster manager, and keeps that number:
+    ``sizing`` "all", the fastest number (or with ``every`` every node it may use); "min", n_min from its
+    arrival, the fewest that meet its deadline had it started at once. The queue starts in order, none
+    before the one ahead of it (no backfilling): each at the first time from then at which its nodes are
+    free. Returns the placements if every task so ends by its deadline, else raises :class:`Infeasible`.
+    Unlike :func:`plan`, a task is never resized for a later start, and never overtakes."""
+    if order not in ("fifo", "edf") or sizing not in SIZINGS:
+        raise ValueError(f"queue_plan: order {order!r} / sizing {sizing!r}; use fifo, edf / {SIZINGS}")
+    free = sorted(free_at)
+    queue = sorted(tasks, key=lambda t: (t.deadline, t.seq) if order == "edf" else (t.seq,))
+    out: list[Placement] = []
+    ahead = -math.inf  # the start of the task ahead in the queue
+    for task in queue:
+        if sizing == "all":
+            n = min(nodes, task.cap if every else task.fast)
+        else:
+            n = task.n_min(task.arrival, nodes) or 0
+        if n < 1 or n > len(free):
+            raise Infeasible(
+                f"task {task.job_id} cannot meet its deadline {task.deadline:.6g} s on up to {nodes} nodes"
+            )
+        start = max(ahead, free[n - 1])  # free is sorted: its n-th time is when n nodes are free
+        end = start + task.e(n)
+        if not _fits(end - start, task.deadline - start):
+            raise Infeasible(
+                f"task {task.job_id} would start at {start:.6g} s in the queue on {n} node(s) and end at "
+                f"{end:.6g} s, after its deadline {task.deadline:.6g} s"
+            )
+        free[:n] = [end] * n  # any n of the nodes free at start will do: they are alike from then on
+        free.sort()
+        ahead = start
+        out.append(Placement(task.job_id, start, n, end))
+    return out
+
+
 # --------------------------------------------------------------------------------------------------------
 # The global policies
 
@@ -379,12 +438,20 @@ class DivisibleGlobal(GlobalPolicy):
         # AN / ANNA's reading of "all nodes" (AnnaParams); MN and MCDF have no such parameter (read by name,
         # as a scheduler declared with a plain defaults dict may have it without being an AnnaParams).
         self.every = getattr(self.params, "all_nodes", "fastest") == "every"
+        # The baselines' admission test (BaselineParams; MCDF runs its walk) and how a batch is planned
+        # (AdmissionParams): read by name for the same reason.
+        self.queue_test = getattr(self.params, "admission_test", "walk") == "queue"
+        self.joint = getattr(self.params, "batch", "joint") == "joint"
         self.tasks: dict[str, Task] = {}
         self.plan: dict[str, Placement] = {}  # admitted, not started: their planned start and nodes
         self.queue: list[str] = []  # ANNA: accepted, not started, in arrival order
         self.held: dict[int, tuple[str, float]] = {}  # node -> (job, planned end)
         self.running: dict[str, tuple[int, ...]] = {}
         self.last_now = -math.inf
+        # Admitted at this instant, not yet dispatched: the paper's MCDF() loop tests every task of the
+        # arrivals list before it dispatches (a batch is planned together); tick() at the same instant,
+        # after the instant's other arrivals, dispatches.
+        self._hold = False
         self._seq = 0
         # Space sharing: a free node holds no other task, so memory refuses only a process bigger than a
         # whole node (as under batch).
@@ -425,8 +492,9 @@ class DivisibleGlobal(GlobalPolicy):
             self.queue.append(job.job_id)
             return self._dispatch(now)
         waiting = [self.tasks[j] for j in self.plan]
+        test = queue_plan if self.queue_test else plan
         try:
-            trial = plan(
+            trial = test(
                 [*waiting, task],
                 self._free_at(now),
                 self.order,
@@ -438,6 +506,9 @@ class DivisibleGlobal(GlobalPolicy):
             return [Reject(job.job_id, f"admission test failed at {now:.6g} s: {exc}")]
         self.tasks[job.job_id] = task
         self.plan = {p.job_id: p for p in sorted(trial, key=lambda p: (p.start, self.tasks[p.job_id].seq))}
+        if self.joint:
+            self._hold = True
+            return []
         return self._dispatch(now)
 
     def finished(self, now: float, job_id: str) -> list[GlobalAction]:
@@ -453,9 +524,12 @@ class DivisibleGlobal(GlobalPolicy):
 
     def tick(self, now: float) -> list[GlobalAction]:
         self.last_now = now
+        self._hold = False
         return self._dispatch(now)
 
     def next_tick(self) -> float | None:
+        if self._hold:
+            return self.last_now
         starts = [p.start for p in self.plan.values() if p.start > self.last_now]
         return min(starts) if starts else None
 
@@ -495,6 +569,8 @@ class DivisibleGlobal(GlobalPolicy):
         nodes are free (a task that overran its plan holds them: the next waits); ANNA's queue head in
         its order whenever its nodes are free."""
         actions: list[GlobalAction] = []
+        if self._hold:  # tick() at this instant dispatches, once the instant's arrivals are tested
+            return actions
         if not self.admission:
             up = self.nodes - len(self.down)
             edf = self.order == "edf"
@@ -524,8 +600,36 @@ _ALL_NODES = (
 )
 
 
+_BATCH = (
+    "tasks arriving at one instant: joint = every one is tested before any is dispatched (the paper's "
+    "MCDF() loop), so the next arrival of a batch may re-plan one admitted before it; each = a task "
+    "admitted is dispatched at once, before the next arrival is tested"
+)
+_ADMISSION_TEST = (
+    "FIFO/EDF's admission test: queue = a cluster manager's queue (the task keeps the nodes it asked for "
+    "at arrival, all or n_min from then, and no task starts before the one ahead of it); walk = MCDF's "
+    "planning walk in this scheme's order (n_min at each time; a task may start before one ahead of it)"
+)
+
+
 class AnnaParams(MemoryAwareParams):
     all_nodes: Literal["fastest", "every"] = param("fastest", _ALL_NODES)
+
+
+class AdmissionParams(MemoryAwareParams):
+    """Every admission-controlled scheme's: MCDF's."""
+
+    batch: Literal["joint", "each"] = param("joint", _BATCH)
+
+
+class BaselineParams(AdmissionParams):
+    """FIFO-MN's and EDF-MN's."""
+
+    admission_test: Literal["queue", "walk"] = param("queue", _ADMISSION_TEST)
+
+
+class AnParams(BaselineParams, AnnaParams):
+    """FIFO-AN's and EDF-AN's."""
 
 
 class _Mcdf(DivisibleGlobal):
@@ -561,7 +665,7 @@ class Mcdf(Scheduler):
     summary = "divisible loads: maximum cost derivative first, n_min nodes, admission test (paper 001)"
     global_policy = _Mcdf
     local_policy = RunAll
-    Params = MemoryAwareParams
+    Params = AdmissionParams
 
 
 class FifoAnna(Scheduler):
@@ -577,7 +681,7 @@ class FifoAn(Scheduler):
     summary = "divisible loads: FIFO on all (fastest) nodes, admission test"
     global_policy = _FifoAn
     local_policy = RunAll
-    Params = AnnaParams
+    Params = AnParams
 
 
 class FifoMn(Scheduler):
@@ -585,7 +689,7 @@ class FifoMn(Scheduler):
     summary = "divisible loads: FIFO on n_min nodes, admission test"
     global_policy = _FifoMn
     local_policy = RunAll
-    Params = MemoryAwareParams
+    Params = BaselineParams
 
 
 class EdfAnna(Scheduler):
@@ -601,7 +705,7 @@ class EdfAn(Scheduler):
     summary = "divisible loads: earliest deadline first on all (fastest) nodes, admission test"
     global_policy = _EdfAn
     local_policy = RunAll
-    Params = AnnaParams
+    Params = AnParams
 
 
 class EdfMn(Scheduler):
@@ -609,4 +713,4 @@ class EdfMn(Scheduler):
     summary = "divisible loads: earliest deadline first on n_min nodes, admission test"
     global_policy = _EdfMn
     local_policy = RunAll
-    Params = MemoryAwareParams
+    Params = BaselineParams

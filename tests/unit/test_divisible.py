@@ -24,6 +24,7 @@ from testbed.schedulers.divisible import (
     n_min_closed,
     n_min_scan,
     plan,
+    queue_plan,
     shares,
 )
 from testbed.schedulers.params import PolicyConfigError
@@ -174,6 +175,63 @@ def test_plan_waits_for_busy_nodes_and_all_nodes_sizing():
     assert (q.start, q.nodes) == (50.0, 3) and q.end == pytest.approx(50 + 800 / 7)
 
 
+def test_the_queue_test_keeps_the_nodes_asked_at_arrival_and_never_overtakes():
+    # Node 0 idle, nodes 1-2 busy until 30. T1 (deadline 150) asked at arrival for n_min(0) = 2 nodes
+    # (E(2) = 133.3); a small T2 (sigma 10, E(1) = 20) arrived after it.
+    t1 = _task("T1", 150, 1)
+    t2 = _task("T2", 400, 2, ld=Load(10, 1, 1))
+    # The walk backfills T2 on the idle node at 0, and gives T1 three nodes at 30 (E(3) = 114.3 <= 120).
+    walk = plan([t1, t2], [0.0, 30.0, 30.0], "fifo", "min", 3)
+    assert [(p.job_id, p.start, p.nodes) for p in walk] == [("T2", 0.0, 1), ("T1", 30.0, 3)]
+    # A cluster manager's queue keeps T1's 2 nodes: from 30 it would end at 163.3 > 150.
+    with pytest.raises(Infeasible, match="T1 would start at 30 s"):
+        queue_plan([t1, t2], [0.0, 30.0, 30.0], "fifo", "min", 3)
+    # With deadline 170 it fits; T2 then starts with T1 at 30, not before it on the idle node.
+    t1 = _task("T1", 170, 1)
+    got = queue_plan([t1, t2], [0.0, 30.0, 30.0], "fifo", "min", 3)
+    assert [(p.job_id, p.start, p.nodes) for p in got] == [("T1", 30.0, 2), ("T2", 30.0, 1)]
+    # EDF's queue is by deadline: T2 (400) goes behind T1 (170) as well; AN asks for all 3 nodes.
+    assert [p.job_id for p in queue_plan([t2, t1], [0.0] * 3, "edf", "min", 3)] == ["T1", "T2"]
+    an = queue_plan([t1, t2], [0.0, 30.0, 30.0], "fifo", "all", 3)
+    assert [(p.job_id, p.start, p.nodes) for p in an] == [
+        ("T1", 30.0, 3),
+        ("T2", pytest.approx(30 + 800 / 7), 3),
+    ]
+
+
+def test_a_batch_is_tested_whole_before_any_task_is_dispatched():
+    # Two tasks arrive together on 3 idle nodes: A (deadline 370) needs 1 node, B (deadline 120) all 3.
+    a, b = spec("A", 0.0, 100, 370), spec("B", 0.0, 100, 120)
+    # batch: joint (the paper's MCDF() loop): B's test re-plans A: B on 3 nodes at 0, A after it.
+    p = registry.get("mcdf").make_global(3, {}, 0)
+    assert p.submit(0.0, a) == [] and p.submit(0.0, b) == []
+    assert p.next_tick() == 0.0 and p.tick(0.0) == [Start("B", (0, 1, 2))]
+    assert p.next_tick() == pytest.approx(800 / 7)
+    # batch: each: A is dispatched once admitted, on one node, and B finds 2 nodes: rejected.
+    q = registry.get("mcdf").make_global(3, {"batch": "each"}, 0)
+    assert q.submit(0.0, a) == [Start("A", (0,))]
+    [r] = q.submit(0.0, b)
+    assert isinstance(r, Reject)
+    # The simulator gives the tick after the instant's arrivals: the same two, as jobs.
+    each = [ev.JOB_FINISHED, ev.JOB_REJECTED]
+    for params, ends in (({}, [ev.JOB_FINISHED] * 2), ({"batch": "each"}, each)):
+        jobs = [djob(0, 0.0, 100, 370, nodes=3), djob(1, 0.0, 100, 120, nodes=3)]
+        events = simulate(jobs, registry.get("mcdf"), params, nodes=3, latency_s=0.0)
+        got = {e["job"]: e["kind"] for e in events if e["kind"] in (ev.JOB_FINISHED, ev.JOB_REJECTED)}
+        assert [got["t0"], got["t1"]] == ends
+
+
+def test_the_baselines_admission_test_is_a_parameter_of_theirs_only():
+    for name in ("fifo-an", "edf-an", "fifo-mn", "edf-mn"):
+        assert registry.get(name).check_params({})["admission_test"] == "queue"
+    for name in ("mcdf", "fifo-anna", "edf-anna"):
+        with pytest.raises(PolicyConfigError, match="admission_test"):
+            registry.get(name).check_params({"admission_test": "walk"})
+    with pytest.raises(PolicyConfigError, match="batch"):
+        registry.get("fifo-anna").check_params({"batch": "each"})
+    assert registry.get("mcdf").check_params({})["batch"] == "joint"
+
+
 # -- the policies -------------------------------------------------------------------------------------
 
 
@@ -182,16 +240,27 @@ def spec(job_id, t, sigma, deadline, nodes=3, st=0.0, sc=0.0):
     return JobSpec(job_id, nodes, t, moldable=True, divisible=task)
 
 
+def arrive(p, t, job):
+    """One arrival alone at ``t``: submit, then the tick at the same instant that dispatches (batch: joint,
+    the default, dispatches only once the instant's arrivals are all tested)."""
+    out = p.submit(t, job)
+    if any(isinstance(a, Reject) for a in out) or p.next_tick() != t:
+        return out
+    return out + p.tick(t)
+
+
 def test_mcdf_admits_replans_and_rejects_with_reasons():
     p = registry.get("mcdf").make_global(3, {}, 0)
-    assert p.submit(0.0, spec("A", 0.0, 100, 140)) == [Start("A", (0, 1))]  # n_min(140) = 2: E(2) = 133.3
-    assert p.submit(1.0, spec("B", 1.0, 100, 210)) == [Start("B", (2,))]  # one node: 200 <= 210
+    assert p.submit(0.0, spec("A", 0.0, 100, 140)) == []  # admitted; dispatched by the tick at 0
+    assert p.next_tick() == 0.0
+    assert p.tick(0.0) == [Start("A", (0, 1))]  # n_min(140) = 2: E(2) = 133.3
+    assert arrive(p, 1.0, spec("B", 1.0, 100, 210)) == [Start("B", (2,))]  # one node: 200 <= 210
     [r] = p.submit(2.0, spec("C", 2.0, 100, 120))  # needs 3 nodes from 2; none before 133.3: too late
     assert isinstance(r, Reject) and "C" in r.reason and "admission" in r.reason
     [never] = p.submit(3.0, spec("D", 3.0, 100, 100))  # shorter than even E(3) = 114.3 on the idle cluster
     assert isinstance(never, Reject) and "can never meet its deadline" in never.reason
     # Admitted, to start when A's nodes come free: E(2) = 133.3 from 133.3 <= 3 + 300.
-    assert p.submit(3.0, spec("E", 3.0, 100, 300)) == []
+    assert arrive(p, 3.0, spec("E", 3.0, 100, 300)) == []
     assert p.next_tick() == pytest.approx(400 / 3)
     assert p.finished(400 / 3, "A") == [Start("E", (0, 1))]
 
@@ -297,7 +366,7 @@ def test_a_task_bigger_than_a_nodes_memory_is_rejected():
     assert isinstance(r, Reject) and "150 MB" in r.reason
     q = registry.get("mcdf").make_global(3, {"memory_aware": False}, 0)
     q.set_node_memory(100.0)
-    assert q.submit(0.0, big) == [Start("M", (0,))]
+    assert arrive(q, 0.0, big) == [Start("M", (0,))]
 
 
 # -- "all nodes" with setup costs: the fastest number, or every node (scheduler.params.all_nodes) ------
@@ -333,9 +402,9 @@ def test_plan_all_nodes_every_holds_every_node_and_runs_for_the_fastest_time():
 @pytest.mark.parametrize("name", ["fifo-an", "edf-an", "fifo-anna", "edf-anna"])
 def test_an_and_anna_take_every_node_with_all_nodes_every(name):
     p = registry.get(name).make_global(16, {"all_nodes": "every"}, 0)
-    assert p.submit(0.0, spec("S", 0.0, 100, 500, nodes=16, st=20, sc=20)) == [Start("S", tuple(range(16)))]
+    assert arrive(p, 0.0, spec("S", 0.0, 100, 500, nodes=16, st=20, sc=20)) == [Start("S", tuple(range(16)))]
     # The next task waits for S's nodes: it holds all 16 until E(3) = 182.857.
-    assert p.submit(1.0, spec("U", 1.0, 100, 500, nodes=16, st=20, sc=20)) == []
+    assert arrive(p, 1.0, spec("U", 1.0, 100, 500, nodes=16, st=20, sc=20)) == []
     assert p.finished(1280 / 7, "S") == [Start("U", tuple(range(16)))]
 
 

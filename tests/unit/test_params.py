@@ -52,6 +52,9 @@ NEEDS = {
     "borrow_nice": "a whole nice value in -20..19",
     # paper 001's AN / ANNA
     "all_nodes": "'fastest' or 'every'",
+    # paper 001's admission-controlled schemes, and the FIFO/EDF baselines among them
+    "batch": "'joint' or 'each'",
+    "admission_test": "'queue' or 'walk'",
 }
 MPL_NEEDS = {
     "gang": "a whole number of matrix rows in 1..256",
@@ -72,6 +75,8 @@ BAD = {
     "a whole number in 2..256": [1, 0, 257, 10**8, 1.5, "6", True],
     "a number of milliseconds >= 1": [0, 0.5, 1e-9, -5.0, "100", True, float("nan")],
     "'fastest' or 'every'": ["all", 16, None],
+    "'joint' or 'each'": ["together", True],
+    "'queue' or 'walk'": ["backfill", 1],
 }
 
 
@@ -199,6 +204,8 @@ GOOD = {
     "rt_nice": -5,
     "borrow_nice": 15,
     "all_nodes": "every",
+    "batch": "each",
+    "admission_test": "walk",
 }
 
 
