@@ -461,12 +461,33 @@ def watch(
 
 
 @app.command()
-def cleanup() -> None:
-    """Remove every worker process, cgroup and container any testbed run left behind (e.g. after kill -9)."""
-    from testbed.janitor import cleanup_all
+def cleanup(
+    run_id: Annotated[
+        str | None, typer.Option("--run", help="only this run (its id: the cgroup folder's name)")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="say what would be removed; remove nothing")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="the report as JSON")] = False,
+) -> None:
+    """Remove the worker processes, cgroups and containers that runs whose driver is gone left behind
+    (after kill -9, say). A live run (its driver alive) is never touched.
 
-    report = cleanup_all()
-    out.print(report)
+    Exit status: 0 done (or nothing to do); 1 something could not be removed; 2 --run names a live run."""
+    from testbed import janitor
+
+    try:
+        report = janitor.cleanup_leftovers(run_id, dry_run)
+    except janitor.LiveRun as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    if as_json:
+        out.print_json(json.dumps(report.as_json()))
+    else:
+        out.print(report.sentence(), highlight=False, soft_wrap=True)
+        for line in report.errors:
+            err.print(f"[red]error:[/red] {line}", highlight=False)
+    if report.errors:
+        raise typer.Exit(EXIT_RUN_FAILED)
 
 
 def main() -> None:  # pragma: no cover

@@ -25,7 +25,8 @@ called synchronously by the driver at a normal end) means:
 
 Only marked or enveloped processes are touched: the janitor never kills the watched processes themselves
 or anything else they started. It strips ``TESTBED_RUN_ID`` from its own environment and never signals
-itself. :func:`cleanup_all` does the same for every run found (the ``testbed cleanup`` command).
+itself. :func:`cleanup_leftovers` (the ``testbed cleanup`` command) does the same for every run found
+on the host whose driver is gone: a live run (its janitor watching a live driver) is never touched.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -280,14 +282,160 @@ def cleanup_run(run_id: str) -> dict[str, Any]:
     return report
 
 
-def cleanup_all() -> dict[str, Any]:
-    """cleanup_run for every run found: run dirs under testbed/ in any hierarchy, any marked process."""
-    run_ids: set[str] = set()
+# --------------------------------------------------------------------------------------------------------
+# `testbed cleanup`: what runs left behind, live runs spared
+
+
+def live_runs() -> dict[str, list[int]]:
+    """run id -> the live driver pids of every run whose driver is alive: a driver starts its janitor as
+    ``python -m testbed.janitor --run-id ID --watch PID``, so a janitor watching a live pid is a live
+    run (one whose watched pids are gone is cleaning up after a dead driver)."""
+    out: dict[str, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "testbed.janitor" not in argv or "--run-id" not in argv:
+            continue
+        rid = argv[argv.index("--run-id") + 1] if argv.index("--run-id") + 1 < len(argv) else ""
+        watched = [
+            int(argv[i + 1]) for i, a in enumerate(argv[:-1]) if a == "--watch" and argv[i + 1].isdigit()
+        ]
+        alive = [p for p in watched if _is_alive(p)]
+        if rid and alive:
+            out.setdefault(rid, []).extend(alive)
+    return out
+
+
+def _is_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+@dataclass
+class Leftovers:
+    """What one run left on this host."""
+
+    run_id: str
+    processes: list[int] = field(default_factory=list)  # marked, or inside its cgroups
+    cgroups: list[str] = field(default_factory=list)  # its directories under testbed/ (every hierarchy)
+    docker: bool = False  # it used the docker envelope and has cgroups under testbed-docker/
+    scratch: str | None = None  # its scratch folder (a joined Ray cluster's)
+
+
+def survey() -> dict[str, Leftovers]:
+    """Every run with something left on this host: cgroups under testbed/ or testbed-docker/, marked
+    processes, a scratch folder."""
+    from testbed.emulator.mechanism import docker_envelope as de  # not on the janitor's start-up path
+
+    found: dict[str, Leftovers] = {}
+
+    def of(rid: str) -> Leftovers:
+        return found.setdefault(rid, Leftovers(rid))
+
     for mnt, _, _, _ in cgroup_mounts():
         top = os.path.join(mnt, TOP)
         if os.path.isdir(top):
-            run_ids |= {n for n in os.listdir(top) if os.path.isdir(os.path.join(top, n))}
-    return _cleanup(run_ids, any_marked=True)
+            for n in os.listdir(top):
+                if os.path.isdir(os.path.join(top, n)):
+                    of(n).cgroups += _subtree(os.path.join(top, n))
+    for pid, rid in marked_processes(None).items():
+        of(rid).processes.append(pid)
+    for rid in de.leftover_run_ids():
+        of(rid).docker = True
+    for lo in found.values():
+        lo.processes = sorted(set(lo.processes) | _cgroup_pids(lo.cgroups))
+    prefix = scratch_root("").name
+    for p in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        if p.is_dir() and p.name != prefix:
+            of(p.name[len(prefix) :]).scratch = str(p)
+    return found
+
+
+@dataclass
+class CleanupReport:
+    """What ``testbed cleanup`` did (or, with ``dry_run``, would do)."""
+
+    dry_run: bool
+    run_id: str | None = None  # the one run asked for (--run), or None: every run
+    cleaned: list[Leftovers] = field(default_factory=list)
+    live: dict[str, list[int]] = field(default_factory=dict)  # spared: run id -> live driver pids
+    containers_removed: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def sentence(self) -> str:
+        """One human sentence: what was (or would be) removed, and which live runs were left alone."""
+        n_proc = sum(len(lo.processes) for lo in self.cleaned)
+        n_cg = sum(len(lo.cgroups) for lo in self.cleaned)
+        verb = "would remove" if self.dry_run else "removed"
+        if self.cleaned:
+            ids = ", ".join(lo.run_id for lo in self.cleaned)
+            what = [f"{n_proc} process(es)", f"{n_cg} cgroup(s)"]
+            if any(lo.docker for lo in self.cleaned):
+                what.append(
+                    f"{len(self.containers_removed)} container(s)" if not self.dry_run else "containers"
+                )
+            if any(lo.scratch for lo in self.cleaned):
+                what.append(f"{sum(1 for lo in self.cleaned if lo.scratch)} scratch folder(s)")
+            n = len(self.cleaned)
+            text = f"{verb.capitalize()} {', '.join(what)} left by {n} run(s) whose driver is gone ({ids})"
+        elif self.run_id is not None:
+            text = f"Nothing to clean: run {self.run_id} left nothing on this host"
+        else:
+            text = "Nothing to clean: no run whose driver is gone left anything on this host"
+        if self.live:
+            runs = "; ".join(
+                f"{rid} (driver pid {', '.join(map(str, p))})" for rid, p in sorted(self.live.items())
+            )
+            text += f"; left {len(self.live)} live run(s) alone: {runs}"
+        return text + "."
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "runs": [asdict(lo) for lo in self.cleaned],
+            "live_runs": {rid: pids for rid, pids in sorted(self.live.items())},
+            "containers_removed": self.containers_removed,
+            "errors": self.errors,
+        }
+
+
+class LiveRun(ValueError):
+    """``testbed cleanup --run ID`` named a run whose driver is alive."""
+
+
+def cleanup_leftovers(run_id: str | None = None, dry_run: bool = False) -> CleanupReport:
+    """Clean what runs whose driver is gone left on this host (every such run, or ``run_id`` alone); a
+    live run is never touched (:func:`live_runs`). ``dry_run``: only say what would be removed. Raises
+    :class:`LiveRun` when ``run_id`` is live."""
+    live = live_runs()
+    if run_id is not None and run_id in live:
+        raise LiveRun(
+            f"--run {run_id}: that run is live (driver pid {', '.join(map(str, live[run_id]))}); stop it "
+            "(Ctrl-C, or kill the driver) and its janitor cleans it up"
+        )
+    found = survey()
+    targets = [lo for rid, lo in sorted(found.items()) if rid not in live and run_id in (None, rid)]
+    report = CleanupReport(dry_run, run_id, targets, {r: p for r, p in live.items() if run_id is None})
+    if dry_run:
+        return report
+    for lo in targets:
+        done = _cleanup({lo.run_id}, any_marked=False)
+        report.containers_removed += done.get("containers_removed", [])
+        report.errors += done["errors"]
+    return report
+
+
+def cleanup_all() -> dict[str, Any]:
+    """Every run whose driver is gone, cleaned (:func:`cleanup_leftovers`), as a dict."""
+    return cleanup_leftovers().as_json()
 
 
 def start_janitor(
