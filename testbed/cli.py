@@ -114,10 +114,13 @@ def run(
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     summaries = _run_showing_progress(scn, backend, dest, quiet, prometheus)
-    if scn.sweep:
-        _report_sweep(scn, backend, dest, summaries)
-    else:
-        _report_runs(scn, dest, summaries)
+    try:
+        if scn.sweep:
+            _report_sweep(scn, backend, dest, summaries)
+        else:
+            _report_runs(scn, dest, summaries)
+    except KeyboardInterrupt:  # the results are written: Ctrl-C cut only their table short
+        _interrupted(scn, dest)
 
 
 def _checked_run(scenario: Path, backend: str, set_, out_dir: Path | None, force: bool, prometheus: bool):
@@ -210,6 +213,10 @@ def _interrupted(scn, dest: Path):
         _print_table(comparison.table(rows, title=f"{scn.name}: sweep (interrupted)"))
         err.print(f"[yellow]interrupted[/yellow]: the comparison of what finished: {dest / 'comparison.csv'}")
     err.print(f"[yellow]interrupted[/yellow]: cleaned up; partial results in {dest}")
+    # All that is left is to exit: a further Ctrl-C would only turn exit 130 into a traceback, or into
+    # death by SIGINT while the interpreter finalises.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     raise typer.Exit(EXIT_INTERRUPTED) from None
 
 

@@ -325,24 +325,25 @@ def run_once(
     # Agents and workers run in other working directories: every path handed to them is absolute.
     run_dir = Path(run_dir).absolute()
     _refuse_used(run_dir)
-    with _claimed(run_dir):
+    # Ctrl-C is held for the whole repetition and let through only where the backend says the run may be
+    # stopped (core/interrupts.py interruptible): one that lands in the teardown, in the results, or
+    # between the two waits for them (it used to leave a run without jobs.csv and summary.json).
+    with _claimed(run_dir), interrupts_deferred():
         (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scn.model_dump(mode="json"), sort_keys=False))
         jobs = build(scn)
         hooks = Hooks(on_status, on_phase, notice)
         outcome = _backend(backend, prometheus, scn).run_scenario(scn, jobs, run_dir, hooks)
-        # The results come from the event log only, with how the run ended; a second Ctrl-C waits for
-        # them (it used to leave a run without jobs.csv and summary.json).
-        with interrupts_deferred():
-            summary = results.write(
-                run_dir,
-                ev.read_jsonl(run_dir / "events.jsonl"),
-                results.facts_of(scn, backend, outcome.tdf, outcome.envelope),
-                {
-                    **outcome.summary_fields(),
-                    results.JOBS_PLANNED: len(jobs),
-                    results.WORKLOAD_SEED: scn.workload.seed,  # a repetition's own: stated in its results
-                },
-            )
+        # The results come from the event log only, with how the run ended.
+        summary = results.write(
+            run_dir,
+            ev.read_jsonl(run_dir / "events.jsonl"),
+            results.facts_of(scn, backend, outcome.tdf, outcome.envelope),
+            {
+                **outcome.summary_fields(),
+                results.JOBS_PLANNED: len(jobs),
+                results.WORKLOAD_SEED: scn.workload.seed,  # a repetition's own: stated in its results
+            },
+        )
         if outcome.cause is not None and not isinstance(outcome.cause, Exception):
             raise outcome.cause  # Ctrl-C: on up, the results written
         if outcome.error is not None:

@@ -37,7 +37,7 @@ from testbed.core.backend import (
     wall_limit_reached,
 )
 from testbed.core.clock import origin
-from testbed.core.interrupts import interrupts_deferred
+from testbed.core.interrupts import interruptible, interrupts_deferred
 from testbed.core.jobs import largest_message
 from testbed.emulator.actors import AT_RAY_NODE, AgentHost, CoordinatorActor
 from testbed.emulator.agent import WORKER_MODULES, NodeConfig
@@ -183,11 +183,12 @@ class RayBackend:
         marked_before = os.environ.get(RUN_ID_ENV)
         os.environ[RUN_ID_ENV] = out.run_id
         try:
-            self._start_ray()
-            infos = self._start_agents()
-            self._probe()
-            self._start_coordinator(infos)
-            self._watch()
+            with interruptible():  # where Ctrl-C stops the run (testbed/core/interrupts.py)
+                self._start_ray()
+                infos = self._start_agents()
+                self._probe()
+                self._start_coordinator(infos)
+                self._watch()
         except BaseException as exc:  # noqa: BLE001 - recorded; the teardown below is told why
             self._ended_by(exc)
         finally:

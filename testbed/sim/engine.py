@@ -50,6 +50,7 @@ from testbed.apps.base import Collective, Compute, Progress, Recv, Send, SimCont
 from testbed.core import events as ev
 from testbed.core.backend import ALL_JOBS_ENDED, INTERRUPTED, Hooks, Outcome, wall_limit_reached
 from testbed.core.decision import DecisionCore
+from testbed.core.interrupts import interruptible
 from testbed.core.jobs import FINAL, Job
 from testbed.core.kinds import Fault, FaultKind, OnNodeDown
 from testbed.schedulers import registry
@@ -302,9 +303,10 @@ class Simulation:
         outcome = Outcome(tdf=1.0, envelope="modelled")
         sink = ev.JsonlSink(run_dir / "events.jsonl")
         try:
-            sched = registry.get(scn.scheduler.name)
-            sim = cls(jobs, sched, scn.scheduler.params, sink=sink, **_options(scn))
-            sim.run(on_status=hooks.on_status)
+            with interruptible():  # where Ctrl-C stops the run (testbed/core/interrupts.py)
+                sched = registry.get(scn.scheduler.name)
+                sim = cls(jobs, sched, scn.scheduler.params, sink=sink, **_options(scn))
+                sim.run(on_status=hooks.on_status)
         except KeyboardInterrupt as exc:
             outcome.ended, outcome.cause = INTERRUPTED, exc
         except Exception as exc:  # noqa: BLE001 - a policy (or the model) raised: the run's outcome

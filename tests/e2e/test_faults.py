@@ -95,6 +95,28 @@ def test_ctrl_c_cleans_up_and_keeps_partial_results(scenario_file, tmp_path, rep
     assert s["ended"] == "interrupted (Ctrl-C)" and s["error"] is None
 
 
+@pytest.mark.extended
+@pytest.mark.parametrize("gap_s", [0.3, 2.5])
+def test_a_second_ctrl_c_waits_for_the_teardown_and_the_results(scenario_file, tmp_path, gap_s):
+    """Ctrl-C twice, the second in the teardown (0.3 s) or at its end (2.5 s: the teardown takes 2.5-4.5
+    s here). Before, one landing between the teardown and the results left no jobs.csv or summary.json,
+    and the driver died by SIGINT (issue 19). The unit test of the window: tests/unit/test_interrupts.py."""
+    out = tmp_path / "out"
+    p = start_cli(["run", str(scenario_file(LONG)), "--out", str(out), "-q"], start_new_session=True)
+    try:
+        wait_for_event(out, _running)
+        os.killpg(p.pid, signal.SIGINT)
+        time.sleep(gap_s)
+        os.killpg(p.pid, signal.SIGINT)
+        text, _ = p.communicate(timeout=60)
+    finally:
+        kill_tree(p)
+    assert p.returncode == 130, text
+    assert wait_clean(out) == ([], [])
+    assert _jobs(out)["long"]["final_state"] == "COMPLETED_KILLED"
+    assert _summary(out)["ended"] == "interrupted (Ctrl-C)"
+
+
 @soak
 def test_exception_in_runner_cleans_up(tmp_path, rep):
     scn = load(doc=LONG)
