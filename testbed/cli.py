@@ -311,6 +311,58 @@ def results_cmd(
     _exit_on([results.unplanned_line(b) for s in summaries for b in s.get("jobs_not_as_planned") or ()])
 
 
+@app.command("report")
+def report_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="results folder: a run, its repetitions, or a sweep")],
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="HTML file to write (default: DIR/report.html)")
+    ] = None,
+) -> None:
+    """Write one self-contained HTML page of a results folder (works offline): a run's Gantt chart per
+    node, gang matrix, utilisation, power and queue over time, per-class tables and settings; a sweep's
+    metrics against its swept values."""
+    from testbed.core.events import EventLogError
+    from testbed.results import report
+
+    try:
+        path = report.write(run_dir, out_file)
+    except (report.ReportError, EventLogError) as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except OSError as exc:
+        _fail(f"--out: cannot write {exc.filename}: {exc.strerror}", EXIT_BAD_INPUT)
+    out.print(f"report: {path}", highlight=False)
+
+
+@app.command("compare")
+def compare_cmd(
+    dirs: Annotated[list[Path], typer.Argument(help="results folders: runs, repetitions or sweeps")],
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", help="new folder for its CSV and report (default: results/compare-DATE)"),
+    ] = None,
+) -> None:
+    """Compare runs across results folders: one table (printed), comparison.csv and report.html, a row per
+    run labelled by its folder and sweep variant (repetitions: mean and standard deviation)."""
+    import time
+
+    from testbed.results import compare, comparison, report
+
+    try:
+        rows = compare.rows(compare.entries(dirs))
+    except compare.CompareError as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    target = out_dir or Path("results") / time.strftime("compare-%Y%m%d-%H%M%S")
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        _fail(f"--out: {target} exists and is not an empty folder; name a new one", EXIT_BAD_INPUT)
+    target.mkdir(parents=True, exist_ok=True)
+    comparison.write_csv(target / "comparison.csv", rows)
+    page = report.compare_page(rows, f"comparison of {len(rows)} runs")
+    (target / report.REPORT_FILE).write_text(page)
+    _print_table(comparison.table(rows, title=f"comparison of {len(rows)} runs"))
+    where = f"comparison: {target / 'comparison.csv'}; report: {target / report.REPORT_FILE}"
+    out.print(where, highlight=False)
+
+
 @app.command()
 def schedulers(
     name: Annotated[str | None, typer.Argument(help="one scheduler: each parameter in detail")] = None,

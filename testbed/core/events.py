@@ -32,7 +32,9 @@ SLOT_PLANNED = "slot_planned"  # slot, at, rows (matrix rows sharing the quantum
 PROC_STARTED = "proc_started"  # job, rank, node, pid
 PROC_READY = "proc_ready"  # job, rank, node: the worker said HELLO to its NIC (start-up done)
 PROC_EXITED = "proc_exited"  # job, rank, node, code, cpu_s, reason
-SLOT_SWITCH = "slot_switch"  # node, slot, at (planned, emulated), effect (emulated), late_ms
+# node, slot, at (planned, emulated), effect (emulated), late_ms, jobs (the jobs the slot lets the node run:
+# the report's Gantt chart draws its stops and continues from them)
+SLOT_SWITCH = "slot_switch"
 PROC_CPU = "proc_cpu"  # node, job, rank, cpu_s (cumulative)
 QUANTUM_CPU = "quantum_cpu"  # node, samples: [[job, rank, utilisation, interval], ...] (paired gang)
 PROGRESS = "progress"  # node, job, rank, unit ("barriers"), value (cumulative)

@@ -47,6 +47,7 @@ RUN_ENTRIES = frozenset(
         "comparison.csv",  # a sweep's table
         "plots",  # a sweep's plots
         "error.txt",  # a failed sweep variant's traceback
+        "report.html",  # testbed report's page (testbed/results/report.py REPORT_FILE)
     }
 )
 

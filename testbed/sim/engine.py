@@ -667,6 +667,7 @@ class Simulation:
                 at=at,
                 effect=self.now,
                 late_ms=late_ms,
+                jobs=sorted(allowed),
             )
             if self._util:
                 self._report_utilization(node)
