@@ -4,6 +4,7 @@ Grafana. It scrapes the exporters listed in a run's file_sd targets directly (no
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
 import math
 import time
 import urllib.request
@@ -18,6 +19,25 @@ def newest_run(results: str | Path = "results") -> Path | None:
     """The most recently written results folder that has exporters' targets."""
     found = sorted(Path(results).glob("**/prometheus/targets.json"), key=lambda p: p.stat().st_mtime)
     return found[-1].parent.parent if found else None
+
+
+def newest_live_run(results: str | Path = "results") -> tuple[Path | None, int]:
+    """The most recently started results folder with exporters' targets whose run is still going (its
+    folder's claim is held: testbed/results/folder.py), and how many folders with targets there are."""
+    from testbed.results import folder
+
+    found = sorted(Path(results).glob("**/prometheus/targets.json"), key=lambda p: p.stat().st_mtime)
+    live = [p.parent.parent for p in found if folder.is_live(p.parent.parent)]
+    return (live[-1] if live else None), len(found)
+
+
+def is_simulated(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a simulator run (its summary says so, or, still running, it writes one
+    events.jsonl and no per-component logs as a real run does)."""
+    try:
+        return json.loads((Path(run_dir) / "summary.json").read_text()).get("backend") == "sim"
+    except (OSError, ValueError):
+        return (Path(run_dir) / "events.jsonl").exists() and not (Path(run_dir) / "events").is_dir()
 
 
 def scrape(address: str, timeout: float = 0.8) -> dict[str, list[tuple[dict, float]]] | None:

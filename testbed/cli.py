@@ -22,6 +22,31 @@ err = Console(stderr=True, soft_wrap=True)  # error lines stay whole: people gre
 out = Console()
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"testbed {version('testbed')}")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            typer.echo("testbed (not installed: no version)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
+    ] = False,
+) -> None:
+    """Cluster CPU-scheduling emulation testbed."""
+
+
+def _print_json(doc) -> None:
+    """``doc`` as indented JSON on stdout, for machines (``--json``): nothing else is printed there."""
+    typer.echo(json.dumps(doc, indent=2, default=str))
+
+
 def _print_table(table) -> None:
     """A table whole: to a terminal at its width (rich wraps the cells), elsewhere (a file, CI's log) at the
     table's natural width, which rich would otherwise squeeze into 80 columns and cut with '…'."""
@@ -284,6 +309,9 @@ def results_cmd(
     run_dir: Annotated[
         Path, typer.Argument(help="results folder of a run (or of its repetitions or variants)")
     ],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print {run folder: summary} as JSON instead of the table")
+    ] = False,
 ) -> None:
     """Rebuild jobs.csv and summary.json from a run's events: any run, real or simulated, including one
     whose driver was killed (its events/*.jsonl are merged into events.jsonl first)."""
@@ -301,7 +329,12 @@ def results_cmd(
             summaries.append(results.rebuild(d))
         except (results.ResultsError, events.EventLogError, OSError) as exc:
             _fail(str(exc), EXIT_BAD_INPUT)
-        out.print(f"rebuilt: {d / 'jobs.csv'}, {d / 'summary.json'}", highlight=False)
+        if not as_json:
+            out.print(f"rebuilt: {d / 'jobs.csv'}, {d / 'summary.json'}", highlight=False)
+    if as_json:
+        _print_json({str(d): s for d, s in zip(runs, summaries, strict=True)})
+        _exit_on([results.unplanned_line(b) for s in summaries for b in s.get("jobs_not_as_planned") or ()])
+        return
     out.print(results.table(summaries, title=f"{run_dir}"))
     for d, s in zip(runs, summaries, strict=True):
         where = "" if d == run_dir else f"{d.relative_to(run_dir)}: "
@@ -366,10 +399,14 @@ def compare_cmd(
 @app.command()
 def schedulers(
     name: Annotated[str | None, typer.Argument(help="one scheduler: each parameter in detail")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="as JSON: name, summary, parameters")] = False,
 ) -> None:
     """List the registered scheduling policies, or one policy's parameters."""
     from testbed.schedulers import registry
 
+    if as_json:
+        _schedulers_json(name)
+        return
     if name is not None:
         _scheduler_detail(name)
         return
@@ -377,6 +414,25 @@ def schedulers(
         params = ", ".join(f"{k}={v}" for k, v in sched.all_defaults().items())
         out.print(f"[bold]{sched.name:<10}[/bold] {sched.summary}  [dim]({params})[/dim]", highlight=False)
     out.print("[dim]testbed schedulers NAME: what each parameter means and accepts[/dim]", highlight=False)
+
+
+def _schedulers_json(name: str | None) -> None:
+    from testbed.schedulers import registry
+    from testbed.schedulers.params import describe
+
+    try:
+        scheds = [registry.get(name)] if name is not None else registry.all_schedulers()
+    except registry.UnknownScheduler as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    docs = [
+        {
+            "name": sc.name,
+            "summary": sc.summary,
+            "params": {p: {"default": d, "accepts": a, "meaning": m} for p, d, a, m in describe(sc.Params)},
+        }
+        for sc in scheds
+    ]
+    _print_json(docs[0] if name is not None else docs)
 
 
 def _scheduler_detail(name: str) -> None:
@@ -397,10 +453,25 @@ def _scheduler_detail(name: str) -> None:
 
 
 @app.command()
-def apps() -> None:
+def apps(
+    as_json: Annotated[bool, typer.Option("--json", help="as JSON: name, summary, units, fields")] = False,
+) -> None:
     """List the registered program kinds (a job's `app: {kind: ...}`) and their fields."""
     from testbed.apps import registry as kinds
 
+    if as_json:
+        _print_json(
+            [
+                {
+                    "name": k.name,
+                    "summary": k.summary,
+                    "reports": list(k.reports.units),
+                    "fields": {f: {"default": d, "meaning": h} for f, (d, h) in k.fields().items()},
+                }
+                for k in kinds.all_kinds()
+            ]
+        )
+        return
     for kind in kinds.all_kinds():
         units = ", ".join(kind.reports.units) or "-"
         line = f"[bold]{kind.name:<10}[/bold] {kind.summary}  [dim](reports: {units})[/dim]"
@@ -433,6 +504,35 @@ def validate(
         for v in vs:
             for note in v.notes:
                 out.print(f"note: {note}", highlight=False)
+    out.print(_validate_summary(scenario, scn, backend), highlight=False, soft_wrap=True)
+
+
+def _validate_summary(path: Path, scn, backend: str) -> str:
+    """validate's last line: it is valid, what it runs, and the envelope and TDF a run would use here."""
+    from testbed.scenario import effective_tdf
+    from testbed.scenario import sweep as sw
+    from testbed.scenario.workload import build
+
+    c = scn.cluster
+    what = f"{len(sw.variants(scn))} sweep variants" if scn.sweep else f"{len(build(scn))} jobs"
+    head = f"ok: {path} is valid: {what} on {c.nodes} nodes, scheduler {scn.scheduler.name}"
+    if backend == "sim":
+        return f"{head}; in the simulator (envelope modelled, no dilation)"
+    from testbed.core.clock import host_cores
+    from testbed.emulator.mechanism.envelope import probe_envelopes
+
+    envelope = c.envelope
+    if envelope in ("auto", "cgroup"):
+        usable = probe_envelopes()
+        envelope = next((k for k in ("cgroup-v1", "cgroup-v2") if usable[k] is None), "none")
+        if c.envelope == "auto" and envelope == "none":
+            envelope = "none (no usable cgroup: the CPU rate is NOT fixed)"
+    cpus = c.nodes * c.cores_per_node
+    tdf = effective_tdf(scn)
+    return (
+        f"{head}; on real processes it would use envelope {envelope} and TDF {tdf:.4g} ({cpus} emulated "
+        f"CPUs, {host_cores()} host cores)"
+    )
 
 
 dashboards_app = typer.Typer(no_args_is_help=True, help="Grafana dashboards (generated from Python).")
@@ -442,13 +542,15 @@ app.add_typer(dashboards_app, name="dashboards")
 @dashboards_app.command("generate")
 def dashboards_generate(
     out_dir: Annotated[
-        Path | None, typer.Option("--out", help="folder (default: the shipped monitoring/dashboards)")
-    ] = None,
+        Path, typer.Option("--out", help="folder to write them to (default: the current folder)")
+    ] = Path("."),
 ) -> None:
-    """Write every dashboard's Grafana JSON."""
+    """Write every dashboard's Grafana JSON (overview.json, node.json, ...) to the current folder or --out;
+    the installed package's copies are never touched. The repository's monitoring/dashboards/ is
+    regenerated with --out monitoring/dashboards."""
     from testbed.monitoring import dashboards
 
-    for path in dashboards.write_all(out_dir or dashboards.OUT_DIR):
+    for path in dashboards.write_all(out_dir):
         out.print(str(path), highlight=False)
 
 
@@ -502,20 +604,35 @@ def k8s_render(
 def watch(
     run_dir: Annotated[
         Path | None,
-        typer.Argument(help="results folder of a running run (default: the newest with exporters)"),
+        typer.Argument(help="results folder of a running run (default: the newest live one under results/)"),
     ] = None,
     once: Annotated[bool, typer.Option("--once", help="print one snapshot and exit")] = False,
 ) -> None:
     """Show a running scenario's headline figures live (scrapes its exporters; no Prometheus needed)."""
     from testbed.monitoring import watch as w
 
-    run_dir = run_dir or w.newest_run()
-    if run_dir is None or not (run_dir / "prometheus" / "targets.json").exists():
-        err.print(
-            f"[red]error:[/red] no {'results/**' if run_dir is None else run_dir}/prometheus/targets.json: "
-            "give the results folder of a run with monitoring enabled"
+    if run_dir is None:
+        run_dir, with_targets = w.newest_live_run()
+        if run_dir is None:
+            finished = f" ({with_targets} finished runs there have exporters)" if with_targets else ""
+            _fail(
+                f"no run is live under results/{finished}: start one on real processes (`testbed run "
+                "SCENARIO`, monitoring is on by default), or give a live run's results folder",
+                EXIT_RUN_FAILED,
+            )
+        err.print(f"watching the newest live run: {run_dir}", highlight=False)
+    elif w.is_simulated(run_dir):
+        _fail(
+            f"{run_dir} is a simulator run: the simulator has no live exporters (its events.jsonl and "
+            "summary.json are the record); watch follows runs on real processes (--backend ray)",
+            EXIT_BAD_INPUT,
         )
-        raise typer.Exit(2)
+    elif not (run_dir / "prometheus" / "targets.json").exists():
+        _fail(
+            f"no {run_dir}/prometheus/targets.json: give the results folder of a run on real processes with "
+            "monitoring enabled",
+            EXIT_BAD_INPUT,
+        )
     raise typer.Exit(w.watch(run_dir, out, once=once))
 
 
@@ -540,7 +657,7 @@ def cleanup(
     except janitor.LiveRun as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
     if as_json:
-        out.print_json(json.dumps(report.as_json()))
+        _print_json(report.as_json())
     else:
         out.print(report.sentence(), highlight=False, soft_wrap=True)
         for line in report.errors:

@@ -23,10 +23,11 @@ MON = Path(__file__).resolve().parents[2] / "monitoring"
 def test_committed_json_equals_the_generator_output():
     built = dashboards.build_all()
     committed = sorted(p.name for p in (MON / "dashboards").glob("*.json"))
-    assert committed == sorted(built), "run `testbed dashboards generate` and commit the result"
+    regen = "testbed dashboards generate --out monitoring/dashboards"
+    assert committed == sorted(built), f"run `{regen}` and commit the result"
     for name, d in built.items():
         assert (MON / "dashboards" / name).read_text() == dashboards.render(d), (
-            f"monitoring/dashboards/{name} is stale: run `testbed dashboards generate` and commit it"
+            f"monitoring/dashboards/{name} is stale: run `{regen}` and commit it"
         )
 
 
