@@ -144,6 +144,11 @@ def _td(text) -> str:
     return f"<td>{_e(text)}</td>"
 
 
+def _rates(c, s: dict) -> str:
+    """The cluster's rate: one number, or each rate with its nodes when they differ (cluster.groups)."""
+    return f"{c.cpu_rate:g}" if c.groups is None else s.get("node_rates") or f"{c.min_rate():g} and up"
+
+
 def _figure(svg: str, caption: str, fig_id: str, wide: bool = False) -> str:
     cls = " class='wide'" if wide else ""
     return f"<figure id='{fig_id}'{cls}>{svg}<figcaption>{_e(caption)}</figcaption></figure>"
@@ -225,7 +230,7 @@ def _settings(s: dict, scn) -> list[tuple[str, str]]:
             "backend",
             _td("simulator" if s.get("backend") == "sim" else f"real processes ({s.get('backend')})"),
         ),
-        ("cluster", _td(f"{c.nodes} nodes x {c.cores_per_node} core(s) at rate {c.cpu_rate:g}")),
+        ("cluster", _td(f"{c.nodes} nodes x {c.cores_per_node} core(s) at rate {_rates(c, s)}")),
         ("TDF", f"<td data-key='tdf' data-value='{tdf!r}'>{_e(units.number(tdf) if tdf else '-')}</td>"),
         ("envelope", f"<td data-key='envelope'>{_e(s.get('envelope'))}</td>"),
         ("CPU-rate error (max)", _cell("cpu_rate_error_max", s.get("cpu_rate_error_max"))),
@@ -414,7 +419,7 @@ def run_page(run: Path) -> str:
             ),
         ]
     power = plots.Power(c.nodes, c.power.idle_watts, c.power.busy_watts)
-    capacity = c.nodes * c.cores_per_node * c.cpu_rate
+    capacity = c.total_rate()  # each node at its own rate (cluster.groups)
     body += [
         "<h2>Utilisation, power and queue over time</h2>",
         _figure(
