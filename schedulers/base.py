@@ -120,6 +120,10 @@ class JobSpec:
     moldable: bool = False
     #: A divisible-load task's data, costs and deadline (paper 001); None = not a divisible load.
     divisible: DivisibleLoad | None = None
+    #: The node whose owner runs this job (a local user's session, paper 004): the decision core starts
+    #: its one process there as it arrives, and the global policy never sees it; only that node's local
+    #: policy does (``ProcAdded.local``). None: a job the global policy admits and places.
+    owner_node: int | None = None
 
 
 @dataclass(frozen=True, order=True)
@@ -299,10 +303,13 @@ class GlobalPolicy(ABC):
 @dataclass(frozen=True)
 class ProcAdded:
     """A process started on the node; ``spec`` is its job as the global policy saw it (what a local policy
-    may need to know of the job: its class, a real-time job's period), None where the owner has none."""
+    may need to know of the job: its class, a real-time job's period), None where the owner has none.
+    ``local``: the process is the node owner's (a local user's session, ``JobSpec.owner_node``), not a
+    parallel job's; a policy that does not tell them apart ignores it."""
 
     proc: Proc
     spec: JobSpec | None = None
+    local: bool = False
 
 
 @dataclass(frozen=True)
