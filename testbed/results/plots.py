@@ -323,6 +323,50 @@ def bars(
         return svg(fig)
 
 
+#: Bar fills of a grouped bar chart, distinguishable in black and white too (with the hatches).
+HATCHES = ("", "//", "..", "xx", "\\\\", "oo", "--", "++")
+
+
+def grouped_bars(
+    metric: str, categories: list[str], x_label: str, series: list[Line], error_name: str, legend_title: str
+) -> str:
+    """One metric: a group of bars per category on the x axis (paper 000's mixes), a bar per series in
+    each (a scheme, admission on or off), with error bars; ``Line.xs`` index ``categories``."""
+    values = [y for s in series for y in s.ys if y is not None]
+    n = max(1, len(series))
+    width = 0.8 / n
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(
+            figsize=(max(SMALL_IN[0], 0.9 * len(categories) * max(1, n / 3) + 1.0), SMALL_IN[1])
+        )
+        scale = _value_scale(ax, metric, values)
+        for i, s in enumerate(series):
+            xs = [x - 0.4 + width * (i + 0.5) for x in s.xs]
+            errs = [(e or 0.0) / scale.factor for e in s.errs] if any(s.errs) else None
+            ax.bar(
+                xs,
+                [(y or 0.0) / scale.factor for y in s.ys],
+                width * 0.92,
+                yerr=errs,
+                capsize=1.5,
+                label=s.label,
+                color=plt.get_cmap("tab10")(i % 10),
+                hatch=HATCHES[(i // 10) % len(HATCHES)],
+                edgecolor="0.2",
+                linewidth=0.4,
+                error_kw={"elinewidth": 0.6},
+            )
+        _value_limits(ax, values, scale)
+        ax.set_xticks(range(len(categories)), categories)
+        ax.set_xlabel(x_label)
+        ax.grid(axis="y", alpha=0.25, lw=0.5)
+        if n > 1:
+            ax.legend(title=legend_title, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        if any(e for s in series for e in s.errs):
+            ax.set_title(f"error bars: {error_name}", loc="right", fontsize=6, color="0.4")
+        return svg(fig)
+
+
 def axis_name(key: str) -> str:
     """A swept key as an axis label: 'workload.divisible.load' -> 'load', 'scheduler.params.quantum_ms'
     -> 'quantum (ms)'."""

@@ -22,7 +22,6 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
-from itertools import product
 from pathlib import Path
 
 from testbed.core import events as ev
@@ -453,6 +452,8 @@ _MIX = re.compile(r"workload\.generator\.classes\.(\d+)\.weight")
 def _parse(v: str):
     if v == "":
         return None
+    if v in ("True", "False"):  # a bool as Python wrote it into the CSV
+        return v == "True"
     try:
         return json.loads(v)
     except ValueError:
@@ -551,15 +552,12 @@ def sweep_figures(rows: list[dict], axes: list[Axis], namer) -> list[tuple[str, 
         err = _error_column(rows, m)
         err_name = err[1] if err else ""
         if not numeric:
-            labels = [", ".join(namer(a.key, _parse(r[a.key])) for a in axes) or r["variant"] for r in rows]
-            errs = [_num(r.get(m + err[0])) if err else None for r in rows]
-            svg = plots.bars(m, labels, [_num(r.get(m)) for r in rows], errs, err_name)
-            figs.append((svg, units.label(m), f"fig-{m}"))
+            figs.append((_grouped(rows, axes, namer, m, err), units.label(m), f"fig-{m}"))
             continue
         for x in numeric:
             others = [a for a in axes if a is not x and len(a.values) > 1]
             series = []
-            for combo in product(*[a.values for a in others]):
+            for combo in _combos(rows, others):
                 mine = [
                     r for r in rows if all(_parse(r[a.key]) == v for a, v in zip(others, combo, strict=True))
                 ]
@@ -577,17 +575,57 @@ def sweep_figures(rows: list[dict], axes: list[Axis], namer) -> list[tuple[str, 
                         [_num(r.get(m + err[0])) if err else None for _, r in pts],
                     )
                 )
-            legend = ", ".join(plots.axis_name(a.key) for a in others)
-            svg = plots.lines(m, plots.axis_name(x.key), series, err_name, legend)
-            figs.append((svg, f"{units.label(m)} against {plots.axis_name(x.key)}", f"fig-{m}-{x.key}"))
+            legend = ", ".join(_axis_name(a.key) for a in others)
+            svg = plots.lines(m, _axis_name(x.key), series, err_name, legend)
+            figs.append((svg, f"{units.label(m)} against {_axis_name(x.key)}", f"fig-{m}-{x.key}"))
     return figs
+
+
+def _combos(rows: list[dict], axes: list[Axis]) -> list[tuple]:
+    """The combinations of ``axes``' values that some row has, in the rows' order (swept keys may move
+    together: a scheduler's effective parameters hold the admission flag swept beside it)."""
+    seen: list[tuple] = []
+    for r in rows:
+        combo = tuple(_parse(r[a.key]) for a in axes)
+        if combo not in seen:
+            seen.append(combo)
+    return seen
+
+
+def _grouped(rows: list[dict], axes: list[Axis], namer, m: str, err) -> str:
+    """No numeric swept key: the last swept key's values on the x axis (paper 000's mixes), a bar per
+    combination of the others in each group; a sweep of named variants, a bar per variant."""
+    swept = [a for a in axes if len(a.values) > 1]
+    value = [_num(r.get(m)) for r in rows]
+    errs = [_num(r.get(m + err[0])) if err else None for r in rows]
+    err_name = err[1] if err else ""
+    if not swept:
+        return plots.bars(m, [r["variant"] for r in rows], value, errs, err_name)
+    x, others = swept[-1], swept[:-1]
+    cats = [namer(x.key, v) for v in x.values]
+    series = []
+    for combo in _combos(rows, others):
+        ys, es = [None] * len(cats), [None] * len(cats)
+        for i, r in enumerate(rows):
+            if all(_parse(r[a.key]) == v for a, v in zip(others, combo, strict=True)):
+                k = x.values.index(_parse(r[x.key]))
+                ys[k], es[k] = value[i], errs[i]
+        label = ", ".join(namer(a.key, v) for a, v in zip(others, combo, strict=True)) or units.label(m)
+        series.append(plots.Line(label, list(range(len(cats))), ys, es))
+    legend = ", ".join(_axis_name(a.key) for a in others)
+    return plots.grouped_bars(m, cats, _axis_name(x.key), series, err_name, legend)
+
+
+def _axis_name(key: str) -> str:
+    """A swept key as its axis reads: a class weight is the mix it makes."""
+    return "mix" if _MIX.fullmatch(key) else plots.axis_name(key)
 
 
 def _rows_table(rows: list[dict], axes: list[Axis], namer) -> str:
     metrics = _metrics(rows)
     head = [
         "variant",
-        *[plots.axis_name(a.key) for a in axes],
+        *[_axis_name(a.key) for a in axes],
         "status",
         "repetitions",
         *[units.label(m) for m in metrics],

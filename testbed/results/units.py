@@ -35,7 +35,7 @@ _SHARES = (
 
 def kind_of(key: str) -> Kind:
     base = key.split(".", 1)[0]
-    if key.startswith("jobs_") or key in ("jobs", "nodes", "slot_switches", "repetitions"):
+    if base.startswith("jobs_") or base in ("jobs", "nodes", "slot_switches", "repetitions"):
         return Kind.COUNT
     if base in _SHARES:
         return Kind.SHARE

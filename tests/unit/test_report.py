@@ -123,6 +123,7 @@ def test_without_slots_a_process_runs_from_start_to_exit():
         ("gang_skew_ms_p99", 0.19, "0.190 ms"),
         ("barriers_per_s.io", 41.3, "41.3/s"),
         ("jobs_rejected", 3, "3"),
+        ("jobs.compute", 5, "5"),
         ("cpu_rate_error_max", None, "-"),
     ],
 )
