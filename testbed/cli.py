@@ -391,7 +391,9 @@ def compare_cmd(
     comparison.write_csv(target / "comparison.csv", rows)
     page = report.compare_page(rows, f"comparison of {len(rows)} runs")
     (target / report.REPORT_FILE).write_text(page)
-    _print_table(comparison.table(rows, title=f"comparison of {len(rows)} runs"))
+    # The folder is in the CSV; the terminal's table names each run by its label.
+    shown = [{k: v for k, v in r.items() if k != "folder"} for r in rows]
+    _print_table(comparison.table(shown, title=f"comparison of {len(rows)} runs"))
     where = f"comparison: {target / 'comparison.csv'}; report: {target / report.REPORT_FILE}"
     out.print(where, highlight=False)
 
