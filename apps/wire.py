@@ -41,6 +41,7 @@ SEND_BLOCKED = 14  # worker -> own NIC: its wait for DELIVERED stopped spinning 
 # (the worker's count of DATA frames with WANT_ACK), so one that crossed its DELIVERED on the wire is ignored
 NIC_HELLO = 15  # NIC -> NIC: first frame on a NIC-to-NIC connection; body=the connecting NIC's address
 NIC_ACK = 16  # NIC -> NIC: a=sender rank, body=job id: a DATA with WANT_ACK from that worker arrived
+COOP = 17  # NIC -> NIC: body=a local policy's CoopEvent for the receiving node (testbed/core/coop.py)
 
 #: DATA mode bits (see DATA).
 WANT_ACK = 1

@@ -382,6 +382,28 @@ class Timer:
     tag: str = ""
 
 
+@dataclass(frozen=True)
+class CoopEvent:
+    """What a local policy tells its cooperating nodes: the other nodes that run a part of job ``job_id``
+    (paper 004's LOCAL, NO_LOCAL, STOP, RESUME are subclasses). A policy returns them in
+    :attr:`LocalDecision.coop`; each of those nodes' local policy receives it as :class:`CoopReceived`,
+    one link latency later.
+
+    Subclasses are frozen dataclasses whose fields are str, int, float, bool or tuples of them: on real
+    processes the node's NIC carries them to the other nodes' NICs as JSON, named by their class
+    (testbed/core/coop.py); the simulator hands them over as they are."""
+
+    job_id: str
+
+
+@dataclass(frozen=True)
+class CoopReceived:
+    """A :class:`CoopEvent` from node ``node``, a cooperating node of the event's job."""
+
+    node: int
+    event: CoopEvent
+
+
 LocalEvent = (
     ProcAdded
     | ProcExited
@@ -395,6 +417,7 @@ LocalEvent = (
     | CollectiveEnter
     | CollectiveLeave
     | Timer
+    | CoopReceived
 )
 
 
@@ -405,11 +428,13 @@ class LocalDecision:
     ``run``: the processes allowed to run (the rest are stopped); None leaves it unchanged.
     ``nice``: priority changes (nice values, -20..19; lower runs first), applied on top of ``run``.
     ``wakeup``: emulated time at which to deliver a :class:`Timer` event, or None.
+    ``coop``: events for the cooperating nodes of each event's job (:class:`CoopEvent`).
     """
 
     run: frozenset[Proc] | None = None
     nice: Mapping[Proc, int] = field(default_factory=dict)
     wakeup: float | None = None
+    coop: tuple[CoopEvent, ...] = ()
 
 
 class LocalPolicy(ABC):

@@ -40,6 +40,10 @@ QUANTUM_CPU = "quantum_cpu"  # node, samples: [[job, rank, utilisation, interval
 PROGRESS = "progress"  # node, job, rank, unit ("barriers"), value (cumulative)
 RATE_PROBE = "rate_probe"  # node, cpu_rate (its own), configured, delivered (real cores), error
 NODE_DOWN = "node_down"  # node, reason
+# A local policy's CoopEvent (schedulers/base.py) sent to its job's other nodes (node, to: [nodes], event:
+# its class's name, fields: {job_id, ...}), and one received (node, from_node, event, fields)
+COOP_SENT = "coop_sent"
+COOP_RECEIVED = "coop_received"
 NODE_UP = "node_up"  # node
 RUN_INFO = "run_info"  # free-form facts about the run (tdf, envelope, priority obtained)
 RUN_ERROR = "run_error"  # error (one line), traceback: an exception that ended the run (policy, agent, ...)

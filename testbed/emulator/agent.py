@@ -18,13 +18,14 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from testbed.apps.environ import NodeEnv, leftover_marks
 from testbed.apps.wire import MAX_FRAME_BODY
+from testbed.core import coop
 from testbed.core import events as ev
 from testbed.core.clock import Clock
 from testbed.core.messages import NodeError, ProcExit, QuantumUsage
@@ -39,6 +40,8 @@ from testbed.emulator.nic import Nic
 from testbed.janitor import processes_with, scratch_root, session_members
 from testbed.schedulers import registry
 from testbed.schedulers.base import (
+    CoopEvent,
+    CoopReceived,
     JobSpec,
     LocalDecision,
     NodeInfo,
@@ -157,6 +160,8 @@ class NodeAgent:
         # Paired gang predicts from each process's CPU use per quantum: report it to the coordinator.
         self.report_quanta = getattr(self.sched.global_policy, "wants_utilization", False)
         self.procs: dict[Proc, _ProcState] = {}
+        #: Each running job's other nodes and their NICs (StartProc.peers): where CoopEvents for it go.
+        self.coop_peers: dict[str, dict[int, str]] = {}
         self.notify: Callable[[Any], Any] | None = (
             None  # reports to the coordinator (testbed/core/messages.py)
         )
@@ -311,8 +316,9 @@ class NodeAgent:
             raise RuntimeError(f"node {self.node} is shutting down")
         proc = Proc(cmd.job_id, cmd.rank)
         return self.lt.call(
-            self._register, proc, worker, f"{base}.err", cmd.attempt, cmd.job_class, cmd.spec, timeout=30
-        )
+            self._register, proc, worker, f"{base}.err", cmd.attempt, cmd.job_class, cmd.spec, cmd.peers,
+            timeout=30,
+        )  # fmt: skip
 
     def switch_slot(self, cmd: SwitchSlot) -> None:
         received = time.monotonic()
@@ -408,7 +414,10 @@ class NodeAgent:
         attempt: int = 1,
         job_class: str | None = None,
         spec: JobSpec | None = None,
+        peers: Mapping[int, str] | None = None,
     ) -> int:
+        if peers:
+            self.coop_peers[proc.job_id] = dict(peers)
         if proc in self.procs:  # an earlier start of this rank, not killed yet: this one replaces it
             self._on_exit(proc, killed=f"replaced by start {attempt} of its job")
         now = self.clock.now()
@@ -457,6 +466,7 @@ class NodeAgent:
         self._apply(self._decide(now, ProcExited(proc)))
         if not any(p.job_id == proc.job_id for p in self.procs):
             self.nic.drop_job(proc.job_id)  # frees messages nobody will consume
+            self.coop_peers.pop(proc.job_id, None)
         if self.notify is not None:
             self.notify(ProcExit(**rec))
 
@@ -487,6 +497,8 @@ class NodeAgent:
         """Brings the processes in line with a decision; returns when the change took effect
         (CLOCK_MONOTONIC after the last signal), or None if nothing changed."""
         effect = None
+        for event in decision.coop:
+            self._send_coop(event)
         if decision.run is not None:
             stop = [st for p, st in self.procs.items() if st.running and p not in decision.run]
             cont = [st for p, st in self.procs.items() if not st.running and p in decision.run]
@@ -514,6 +526,26 @@ class NodeAgent:
                 self._wakeup.cancel()
             self._wakeup = self.lt.loop.call_at(self.clock.real_at(decision.wakeup), self._on_wakeup)
         return effect
+
+    def _send_coop(self, event: CoopEvent) -> None:
+        """A CoopEvent of the node's policy to the other nodes of its job (none left: nothing to send)."""
+        peers = self.coop_peers.get(event.job_id, {})
+        self.events.emit(ev.COOP_SENT, node=self.node, to=sorted(peers), **coop.log_fields(event))
+        if peers:
+            body = coop.encode(event, self.node)
+            for nic in peers.values():
+                self.nic.send_coop(nic, body)
+
+    def on_coop(self, body: bytes) -> None:
+        """Another node's CoopEvent, through the link into this node (NicHooks; on the agent's loop)."""
+        try:
+            src, event = coop.decode(body)
+        except coop.CoopError as exc:  # only the run's NICs get in (its key): a bug, and the run ends on it
+            self._report_error(f"node {self.node}: a CoopEvent from another node: {exc}")
+            return
+        now = self.clock.now()
+        self.events.emit(ev.COOP_RECEIVED, t=now, node=self.node, from_node=src, **coop.log_fields(event))
+        self._apply(self._decide(now, CoopReceived(src, event)))
 
     def _on_wakeup(self) -> None:
         self._wakeup = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from testbed.schedulers.base import JobSpec
@@ -30,6 +30,8 @@ class StartProc:
     job_class: str | None = None
     attempt: int = 1
     spec: JobSpec | None = None
+    #: The job's other allocated nodes and their NICs: where the node's policy's CoopEvents for the job go.
+    peers: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -289,7 +289,10 @@ class Coordinator:
         for rank, node in enumerate(placed):
             launch = job.launch(rank, nics)
             env = {**launch.env, **started}
-            cmd = StartProc(job.job_id, rank, tuple(launch.argv), env, job.spec.job_class, attempt, job.spec)
+            peers = {n: self.nics[n] for n in nodes if n != node}  # not the head: outside the cluster
+            cmd = StartProc(
+                job.job_id, rank, tuple(launch.argv), env, job.spec.job_class, attempt, job.spec, peers
+            )
             fut = self._send(node, cmd)
             fut.add_done_callback(lambda f, j=job.job_id, r=rank, n=node: self._started(f, j, r, n))
 

@@ -69,6 +69,7 @@ from testbed.apps.wire import (
     BYE,
     COLL_ENTER,
     COLL_LEAVE,
+    COOP,
     DATA,
     DELIVERED,
     ERROR,
@@ -161,6 +162,8 @@ class NicHooks(typing.Protocol):
     def on_progress(self, proc: Proc, unit: str, value: float) -> None: ...
 
     def on_disconnect(self, proc: Proc) -> None: ...
+
+    def on_coop(self, body: bytes) -> None: ...
 
 
 @dataclass(eq=False)
@@ -712,6 +715,8 @@ class Nic:
             self._on_send_blocked(conn, a)
         elif ftype == NIC_ACK:
             self._on_nic_ack(conn, a, _body(buf, off, end))
+        elif ftype == COOP:
+            self._on_coop(conn, _body(buf, off, end))
         elif ftype == NIC_HELLO:
             if conn.job is not None or conn.nic_peer is not None:
                 raise _ProtocolError("NIC_HELLO on a connection already introduced")
@@ -953,7 +958,19 @@ class Nic:
         if self._closing:
             return
         body = job.encode()
-        frame = HEADER.pack(len(body), NIC_ACK, 0, 0, rank, 0, 0) + body
+        self._to_nic(nic, HEADER.pack(len(body), NIC_ACK, 0, 0, rank, 0, 0) + body)
+
+    def send_coop(self, nic: str, body: bytes) -> None:
+        """Sends a local policy's CoopEvent (testbed/core/coop.py's bytes) to the node of NIC ``nic``, over
+        the NIC-to-NIC connection the acknowledgements use (opened on first use)."""
+        if not self._on_data_path():
+            self._command(self.send_coop, nic, body)
+            return
+        if self._closing:
+            return
+        self._to_nic(nic, HEADER.pack(len(body), COOP, 0, 0, 0, 0, 0) + body)
+
+    def _to_nic(self, nic: str, frame: bytes) -> None:
         out = self._out.get(nic)
         if out is None:
             out = self._out[nic] = _Out()
@@ -962,6 +979,18 @@ class Nic:
             out.conn.write(frame)
         else:
             out.pending.append(frame)
+
+    def _on_coop(self, conn: _Conn, body: bytes) -> None:
+        """Another node's policy's CoopEvent: to this node's policy once it is through the emulated link
+        into this node (its own queue, not the data messages': a control message beside them)."""
+        if conn.nic_peer is None:
+            raise _ProtocolError("COOP before NIC_HELLO")
+        if conn.src_link is None or not self._emulate_link:
+            self._hook(self.hooks.on_coop, body)
+            return
+        tdf = self.clock.tdf
+        tx = len(body) / self.bandwidth_Bps * tdf if self.bandwidth_Bps else 0.0
+        self._at(time.monotonic() + tx + self.latency_s * tdf, self._hook, self.hooks.on_coop, body)
 
     def _connect_nic(self, addr: str, out: _Out) -> None:
         """Opens a connection to another NIC without waiting: :meth:`_connected` completes it."""

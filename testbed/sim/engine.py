@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.apps.base import Collective, Compute, Progress, Recv, Send, SimContext, Sleep
+from testbed.core import coop
 from testbed.core import events as ev
 from testbed.core.backend import ALL_JOBS_ENDED, INTERRUPTED, Hooks, Outcome, wall_limit_reached
 from testbed.core.decision import DecisionCore
@@ -57,6 +58,8 @@ from testbed.schedulers import registry
 from testbed.schedulers.base import (
     CollectiveEnter,
     CollectiveLeave,
+    CoopEvent,
+    CoopReceived,
     Dispatch,
     GlobalPolicy,
     LocalDecision,
@@ -98,7 +101,9 @@ STALL_LIMIT = 20_000  # periodic events in a row with nothing else pending: noth
 
 # Heap event kinds. Periodic ones (ticks, slot switches, timers) recur on their own and cannot by
 # themselves show progress; the rest can.
-_SUBMIT, _COMPLETE, _IO_DONE, _MSG, _SPIN_END, _TICK, _SLOT, _TIMER, _ACK, _ACK_SPIN_END, _FAULT = range(11)
+_SUBMIT, _COMPLETE, _IO_DONE, _MSG, _SPIN_END, _TICK, _SLOT, _TIMER, _ACK, _ACK_SPIN_END, _FAULT, _COOP = (
+    range(12)
+)
 _PERIODIC = (_TICK, _SLOT, _TIMER)
 
 
@@ -360,6 +365,7 @@ class Simulation:
             _ACK: self._on_ack,
             _ACK_SPIN_END: self._on_ack_spin_end,
             _FAULT: self._on_fault,
+            _COOP: self._on_coop,
         }
         stall_reason = None
         deadline = None if self.wall_limit_s is None else time.monotonic() + self.wall_limit_s
@@ -645,6 +651,24 @@ class Simulation:
         if d.wakeup is not None:
             node.timer_ver += 1
             self._push(max(d.wakeup, self.now), _TIMER, node, node.timer_ver)
+        for event in d.coop:
+            self._send_coop(node, event)
+
+    def _send_coop(self, node: _Node, event: CoopEvent) -> None:
+        """A CoopEvent to the other nodes of its job, as on real processes: logged, then each of them
+        receives it one link time later (its encoded bytes at the link's bandwidth, testbed/core/coop.py)."""
+        rec = self.core.jobs.get(event.job_id)
+        to = sorted({n for n in (rec.nodes if rec is not None else ()) if n != node.idx})
+        self._emit(node.src, ev.COOP_SENT, self.now, node=node.idx, to=to, **coop.log_fields(event))
+        if to:
+            delay = self._delay(len(coop.encode(event, node.idx)))
+            for n in to:
+                self._push(self.now + delay, _COOP, self.nodes[n], node.idx, event)
+
+    def _on_coop(self, node: _Node, src: int, event: CoopEvent) -> None:
+        fields = coop.log_fields(event)
+        self._emit(node.src, ev.COOP_RECEIVED, self.now, node=node.idx, from_node=src, **fields)
+        self._feed(node, CoopReceived(src, event))
 
     def _on_timer(self, node: _Node, ver: int) -> None:
         if ver == node.timer_ver:

@@ -20,14 +20,21 @@ from testbed.results import summary as results
 from ..conftest import measured
 
 
-def _run(tmp_path, scheduler, params, jobs, nodes=4, tdf=2.0, timeout=120.0, keep=None):
-    """Runs jobs on ``nodes`` in-process agents; ``keep`` (a dict) receives the coordinator."""
+def _run(tmp_path, scheduler, params, jobs, nodes=4, tdf=2.0, timeout=120.0, keep=None, **node_kw):
+    """Runs jobs on ``nodes`` in-process agents; ``keep`` (a dict) receives the coordinator; ``node_kw``
+    goes to each node's NodeConfig."""
     run_id = "test-" + uuid.uuid4().hex[:8]
     pool = cf.ThreadPoolExecutor(8)
     agents = [
         NodeAgent(
             NodeConfig(
-                run_id=run_id, node=n, run_dir=str(tmp_path), tdf=tdf, scheduler=scheduler, params=params
+                run_id=run_id,
+                node=n,
+                run_dir=str(tmp_path),
+                tdf=tdf,
+                scheduler=scheduler,
+                params=params,
+                **node_kw,
             )
         )
         for n in range(nodes)
