@@ -15,6 +15,7 @@ import io
 import json
 import math
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -41,8 +42,14 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 def _cli_here(*args: str) -> Result:
-    """The CLI in this process (report and compare: no interpreter start-up and imports to pay again)."""
-    return CliRunner().invoke(app, list(args))
+    """The CLI in this process: no interpreter start-up and imports to pay again (`run` sets SIGTERM's
+    handler for its teardown: put back afterwards)."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return CliRunner().invoke(app, list(args))
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 @pytest.fixture(scope="module")
@@ -71,15 +78,17 @@ def runs(tmp_path_factory):
     the simulator."""
     base = tmp_path_factory.mktemp("report")
     gang = base / "quickstart-gang"
-    p = _cli("run", "scenarios/quickstart.yaml", "--backend", "sim", "--out", str(gang), "-q")
-    assert p.returncode == 0, p.stdout + p.stderr
+    p = _cli_here(
+        "run", str(ROOT / "scenarios/quickstart.yaml"), "--backend", "sim", "--out", str(gang), "-q"
+    )
+    assert p.exit_code == 0, p.output
     sweep = base / "paper001"
-    p = _cli(
-        "run", "scenarios/paper001-reject.yaml", "--backend", "sim", "--out", str(sweep), "-q",
+    p = _cli_here(
+        "run", str(ROOT / "scenarios/paper001-reject.yaml"), "--backend", "sim", "--out", str(sweep), "-q",
         "--set", "workload.divisible.arrivals=3", "--set", "repetitions=2",
         "--set", "sweep={scheduler.name: [mcdf, fifo-an], workload.divisible.load: [0.25, 1.0]}",
     )  # fmt: skip
-    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.exit_code == 0, p.output
     return {"gang": gang, "sweep": sweep, "base": base}
 
 
