@@ -195,7 +195,7 @@ def _kill(pids: set[int], dirs: list[str], errors: list[str]) -> None:
             pass
 
 
-def _cleanup(run_ids: set[str], any_marked: bool) -> dict[str, Any]:
+def _cleanup(run_ids: set[str]) -> dict[str, Any]:
     report: dict[str, Any] = {"run_ids": sorted(run_ids), "killed": [], "cgroups_removed": [], "errors": []}
     errors: list[str] = report["errors"]
     # The docker envelope's containers go first (removing one kills what is in its cgroups). A run that
@@ -203,18 +203,12 @@ def _cleanup(run_ids: set[str], any_marked: bool) -> dict[str, Any]:
     # SDK and a round trip cost every other run's cleanup 0.1-0.3 s). `testbed cleanup` asks it anyway.
     from testbed.emulator.mechanism import docker_envelope as de  # here: not on the janitor's start-up path
 
-    found = de.leftover_run_ids()
-    docker_ids = sorted(found if any_marked else found & run_ids)
-    if any_marked:
-        run_ids |= found
+    docker_ids = sorted(de.leftover_run_ids() & run_ids)
     rep: dict[str, list[str]] = {"removed": [], "errors": []}
-    if any_marked and (os.environ.get("DOCKER_HOST") or os.path.exists("/var/run/docker.sock")):
-        rep = de.remove_containers(None)
-    else:
-        for rid in docker_ids:
-            r = de.remove_containers(rid)
-            rep["removed"] += r["removed"]
-            rep["errors"] += r["errors"]
+    for rid in docker_ids:
+        r = de.remove_containers(rid)
+        rep["removed"] += r["removed"]
+        rep["errors"] += r["errors"]
     report["containers_removed"] = rep["removed"]
     errors += rep["errors"]
     me = os.getpid()
@@ -222,11 +216,7 @@ def _cleanup(run_ids: set[str], any_marked: bool) -> dict[str, Any]:
     deadline = time.monotonic() + KILL_TIMEOUT_S
     # Repeat until nothing is left: a worker may fork while we kill its siblings.
     while True:
-        if any_marked:
-            marked = marked_processes(None)
-            run_ids |= set(marked.values())
-        else:
-            marked = {p: r for rid in run_ids for p, r in marked_processes(rid).items()}
+        marked = {p: r for rid in run_ids for p, r in marked_processes(rid).items()}
         dirs = [d for rid in sorted(run_ids) for _, top in _run_dirs(rid) for d in _subtree(top)]
         targets = (set(marked) | _cgroup_pids(dirs)) - {me}
         if not targets:
@@ -277,7 +267,7 @@ def scratch_root(run_id: str) -> Path:
 
 def cleanup_run(run_id: str) -> dict[str, Any]:
     """Kill every process of ``run_id`` and remove its cgroups, now. Returns what was done and any errors."""
-    report = _cleanup({run_id}, any_marked=False)
+    report = _cleanup({run_id})
     report["run_id"] = run_id
     return report
 
@@ -427,7 +417,7 @@ def cleanup_leftovers(run_id: str | None = None, dry_run: bool = False) -> Clean
     if dry_run:
         return report
     for lo in targets:
-        done = _cleanup({lo.run_id}, any_marked=False)
+        done = _cleanup({lo.run_id})
         report.containers_removed += done.get("containers_removed", [])
         report.errors += done["errors"]
     return report
