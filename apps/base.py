@@ -21,8 +21,9 @@ kind is one module in ``apps/`` with one :class:`ProgramKind` subclass that decl
 
 A kind may add one process outside the nodes the policy allocates (:attr:`ProgramKind.head`: a
 divisible-load head sending the data, an ``mpiexec``): it runs on the cluster's head node, which no policy
-sees, as the last rank. Node-local programs that no global policy places (a local user) are not supported
-yet (docs/architecture.md, "Program kinds").
+sees, as the last rank. A kind may instead name the node its one process runs on
+(:meth:`ProgramKind.owner_node`: a local user's session, apps/localuser.py): the owner's work, started there
+at once, which no global policy sees (docs/architecture.md, "Local users: the owner's jobs").
 """
 
 from __future__ import annotations
@@ -308,6 +309,13 @@ class ProgramKind:
         """The config changed to compute ``cpu_s`` seconds of CPU (at rate 1.0) in ``steps`` steps, the
         rest of its shape kept (trace replay: a job's recorded run time, in steps of bounded length)."""
         raise NotImplementedError(f"program kind {cls.name!r} cannot replay a trace's run times")
+
+    @classmethod
+    def owner_node(cls, cfg: AppConfig) -> int | None:
+        """The node whose owner runs this job (a local user's session: one process there, started the
+        moment it arrives, bypassing the global policy's admission and placement), or None for a job
+        the global policy places."""
+        return None
 
     @classmethod
     def fixed_size(cls, cfg: AppConfig) -> int | None:

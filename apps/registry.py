@@ -16,6 +16,7 @@ _BUILTIN = {
     "vision": "testbed.apps.vision:Vision",
     "mpi": "testbed.apps.mpi:Mpi",
     "nas": "testbed.apps.nas.kind:Nas",
+    "localuser": "testbed.apps.localuser:LocalUser",
 }
 
 #: The kind of an ``app:`` section that does not name one.

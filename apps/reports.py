@@ -16,3 +16,11 @@ SAMPLE_UNITS = (FRAME_LATENCY,)
 #: A worker's finish time (emulated s), reported once: results take each job's spread of them
 #: (``finish_spread_s``, a divisible load's workers should finish together).
 FINISH_UNIT = "finish_s"
+
+#: A local user's session (apps/localuser.py), running totals: the emulated time its cycles took, the same
+#: work's time alone at its node's rate, and the bytes it sent to its sink. Its slowdown is their ratio.
+SESSION_ELAPSED = "session_elapsed_s"
+SESSION_IDEAL = "session_ideal_s"
+SESSION_BYTES = "session_bytes"
+#: Units that are times, not work done: no progress rate is computed from them.
+SESSION_TIMES = (SESSION_ELAPSED, SESSION_IDEAL)

@@ -106,7 +106,12 @@ class DecisionCore:
         spec = rec.job.spec
         rec.state = JobState.QUEUED
         extra = {"realtime": True} if spec.realtime is not None else {}
+        if spec.owner_node is not None:
+            extra["owner_node"] = spec.owner_node
         self.emit(ev.JOB_SUBMITTED, now, job=job_id, size=spec.size, job_class=spec.job_class, **extra)
+        if spec.owner_node is not None:
+            self._start_owned(now, rec, spec.owner_node)
+            return
         self._ask(now, self.policy.submit, spec)
         if rec.state != JobState.REJECTED and not self.policy.admits_at_start:
             self.emit(ev.JOB_ADMITTED, now, job=job_id)
@@ -143,7 +148,8 @@ class DecisionCore:
         if len(rec.ranks_ok) == rec.job.processes_on(len(rec.nodes)):
             self._final(rec, JobState.FINISHED)
             self.emit(ev.JOB_FINISHED, now, job=job_id)
-            self._ask(now, self.policy.finished, job_id)
+            if not _owned(rec):
+                self._ask(now, self.policy.finished, job_id)
 
     def fail(self, now: float, job_id: str, reason: str) -> None:
         """The running job fails (a rank failed, could not start, or lost its node)."""
@@ -153,7 +159,7 @@ class DecisionCore:
         self._final(rec, JobState.FAILED)
         self.emit(ev.JOB_FAILED, now, job=job_id, reason=reason)
         self._stop(rec, reason)
-        if not self.ended:
+        if not self.ended and not _owned(rec):
             self._ask(now, self.policy.finished, job_id)
 
     def node_down(self, now: float, node: int, reason: str) -> None:
@@ -168,7 +174,7 @@ class DecisionCore:
         why = f"node {node} went down ({reason})"
         requeued = []
         for rec in [r for r in self.jobs.values() if r.state == JobState.RUNNING and node in r.nodes]:
-            if self.on_node_down == OnNodeDown.REQUEUE:
+            if self.on_node_down == OnNodeDown.REQUEUE and not _owned(rec):  # an owner's session just fails
                 self._requeue(now, rec, why)
                 self._ask(now, self.policy.finished, rec.job.job_id)
                 requeued.append(rec)
@@ -263,7 +269,7 @@ class DecisionCore:
 
     def _record(self, action, state: str) -> JobRecord:
         rec = self.jobs.get(action.job_id)
-        if rec is None:
+        if rec is None or _owned(rec):  # an owner's session is no job of the global policy's
             raise self._refuse(action, "no such job")
         if rec.state != state:
             raise self._refuse(action, f"the job is {rec.state}, not {state}")
@@ -300,6 +306,24 @@ class DecisionCore:
         self.emit(ev.JOB_STARTED, now, job=a.job_id, nodes=list(nodes))
         self.backend.launch(rec.job, nodes)
 
+    def _start_owned(self, now: float, rec: JobRecord, node: int) -> None:
+        """A local user's session (``JobSpec.owner_node``) starts on its owner's node as it arrives: no
+        global policy admits, places or hears of it (docs/architecture.md, "Local users: the owner's
+        jobs"); on a node that is down, or out of range, it is turned away."""
+        job_id = rec.job.job_id
+        if not 0 <= node < self.nodes or node in self.down:
+            why = f"its owner's node {node} is down" if node in self.down else f"no node {node}"
+            rec.state = JobState.QUEUED
+            self._final(rec, JobState.REJECTED)
+            self.emit(ev.JOB_REJECTED, now, job=job_id, reason=why)
+            return
+        rec.state, rec.nodes = JobState.RUNNING, (node,)
+        rec.ranks_ok = set()
+        rec.starts += 1
+        self.emit(ev.JOB_ADMITTED, now, job=job_id)
+        self.emit(ev.JOB_STARTED, now, job=job_id, nodes=[node])
+        self.backend.launch(rec.job, rec.nodes)
+
     def _dispatch(self, now: float, d: Dispatch) -> None:
         bad = [n for n in d.allowed if not 0 <= n < self.nodes]
         if bad:
@@ -333,6 +357,11 @@ class DecisionCore:
         self.open -= 1
 
     def _release(self, rec: JobRecord) -> None:
-        if self._cap is not None and rec.state == JobState.RUNNING:
+        if self._cap is not None and rec.state == JobState.RUNNING and not _owned(rec):
             for n in rec.nodes:
                 self._load[n] -= 1
+
+
+def _owned(rec: JobRecord) -> bool:
+    """Whether the job is a node owner's (a local user's session), which the global policy never sees."""
+    return rec.job.spec.owner_node is not None

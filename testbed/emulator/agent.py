@@ -430,7 +430,8 @@ class NodeAgent:
             ev.PROC_STARTED, t=now, node=self.node, job=proc.job_id, rank=proc.rank, pid=worker.pid,
             **({"job_class": job_class} if job_class is not None else {}),
         )  # fmt: skip
-        self._apply(self._decide(now, ProcAdded(proc, spec)))
+        local = spec is not None and spec.owner_node is not None  # a local user's session
+        self._apply(self._decide(now, ProcAdded(proc, spec, local=local)))
         return worker.pid
 
     def _on_exit(self, proc: Proc, killed: str | None = None) -> None:

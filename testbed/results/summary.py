@@ -17,7 +17,14 @@ from pathlib import Path
 from rich.table import Table
 
 from testbed.apps.reports import DEADLINE_UNITS as _DEADLINE_UNITS
-from testbed.apps.reports import DEADLINES_MISSED, FINISH_UNIT, SAMPLE_UNITS
+from testbed.apps.reports import (
+    DEADLINES_MISSED,
+    FINISH_UNIT,
+    SAMPLE_UNITS,
+    SESSION_ELAPSED,
+    SESSION_IDEAL,
+    SESSION_TIMES,
+)
 from testbed.core import events as ev
 from testbed.core.jobs import StrEnum
 from testbed.scenario import ScenarioError, load
@@ -54,6 +61,10 @@ class FinalState(StrEnum):
     REJECTED = "REJECTED"
     NOT_STARTED = "NOT_STARTED"  # still queued when the run ended
 
+
+#: jobs.csv's column, last, when the run had local users' sessions (apps/localuser.py): each session's
+#: slowdown, the emulated time its cycles took over the same work's alone (empty for other jobs).
+LOCAL_SLOWDOWN = "local_slowdown"
 
 #: ``write``'s extra key: how many jobs the workload holds; the summary then counts those never submitted.
 JOBS_PLANNED = "jobs_planned"
@@ -151,6 +162,8 @@ class Tally:
         self.rt: set[str] = set()  # real-time jobs (job_submitted's realtime)
         self.finishes: dict[str, dict[int, float]] = defaultdict(dict)  # job -> rank -> reported finish
         self.nodes_of: dict[str, tuple[int, ...]] = {}  # job -> the nodes of its (last) start
+        self.local: set[str] = set()  # local users' sessions (job_submitted's owner_node)
+        self.session: dict[str, dict[str, float]] = defaultdict(dict)  # session -> its running totals
 
     def add(self, e: dict) -> None:
         kind = e["kind"]
@@ -172,6 +185,8 @@ class Tally:
             self.cls[e["job"]] = e.get("job_class") or "default"
             if e.get("realtime"):
                 self.rt.add(e["job"])
+            if e.get("owner_node") is not None:
+                self.local.add(e["job"])
         elif kind == ev.SLOT_SWITCH:
             if e.get("effect") is not None:
                 s = self.switches.get(e["slot"])
@@ -201,6 +216,10 @@ class Tally:
                 self.deadlines[key] = max(self.deadlines.get(key, 0.0), float(e["value"]))
             elif unit == FINISH_UNIT:
                 self.finishes[e["job"]][e.get("rank", 0)] = float(e["value"])
+            elif unit in SESSION_TIMES:  # a session's running totals: times, not counts, so no rate
+                totals = self.session[e["job"]]
+                totals[unit] = max(totals.get(unit, 0.0), float(e["value"]))
+                return
             if e.get("job") in self.start and unit != FINISH_UNIT:  # a time, not a count: no rate
                 key = (e["job"], e.get("unit", "barriers"))
                 old = self.progress.get(key)
@@ -297,6 +316,36 @@ class Tally:
             out[f"{unit}_max.{c}"] = top
         return out
 
+    def local_slowdowns(self) -> dict[str, float]:
+        """Each local user's session's slowdown (its cycles' elapsed time over the same work's alone, as
+        it last reported them), by job id."""
+        out = {}
+        for job, totals in self.session.items():
+            ideal = totals.get(SESSION_IDEAL)
+            if ideal:
+                out[job] = totals.get(SESSION_ELAPSED, 0.0) / ideal
+        return out
+
+    def local_figures(self) -> dict[str, float | int]:
+        """summary.json's local users' figures: sessions, and their slowdown's mean and max overall and
+        ``.<class>`` per job class (a session's class is its profile's, cpu-user or xwin-user)."""
+        slow = self.local_slowdowns()
+        if not self.local:
+            return {}
+        out: dict[str, float | int] = {"local_sessions": len(self.local)}
+        if not slow:
+            return out
+        by_class: dict[str, list[float]] = defaultdict(list)
+        for job, v in slow.items():
+            by_class[self.cls.get(job, "default")].append(v)
+        vals = list(slow.values())
+        out["local_slowdown_mean"] = sum(vals) / len(vals)
+        out["local_slowdown_max"] = max(vals)
+        for c, v in sorted(by_class.items()):
+            out[f"local_slowdown_mean.{c}"] = sum(v) / len(v)
+            out[f"local_slowdown_max.{c}"] = max(v)
+        return out
+
     def progress_rates(self) -> dict[str, float]:
         rates: dict[str, list[float]] = defaultdict(list)
         for (job, unit), (value, t) in self.progress.items():
@@ -347,7 +396,9 @@ def unplanned_line(bad: dict) -> str:
 def summarize(events: Iterable[dict] | Tally, facts: RunFacts) -> dict:
     t = events if isinstance(events, Tally) else tally(events)
     rows = t.rows()
-    done = [r for r in rows if r["final_state"] == FinalState.COMPLETED]
+    # Response, waiting and slowdown are the parallel jobs': a local user's session never waits (its own
+    # slowdown is local_slowdown_*).
+    done = [r for r in rows if r["final_state"] == FinalState.COMPLETED and r["job_id"] not in t.local]
     first = min((r["submission_time"] for r in rows), default=0.0)
     ends = [r["finish_time"] for r in rows if r["finish_time"] is not None]
     makespan = (max(ends) if ends else t.last_t) - first
@@ -399,6 +450,7 @@ def summarize(events: Iterable[dict] | Tally, facts: RunFacts) -> dict:
     if facts.node_rates:
         out["node_rates"] = rates_by_node(facts.node_rates)
     out.update(t.ratios(rows))
+    out.update(t.local_figures())
     spread = t.finish_spread()
     if spread is not None:
         out["finish_spread_s"] = spread
@@ -469,6 +521,11 @@ def write(run_dir: Path, events: Iterable[dict], facts: RunFacts, extra: dict | 
         columns = [*JOB_COLUMNS[:at], ALLOCATED_RATES, *JOB_COLUMNS[at:]]
         for r in rows:
             r[ALLOCATED_RATES] = rates_by_node(facts.node_rates, t.nodes_of.get(r["job_id"], ()))
+    if t.local:
+        columns = [*columns, LOCAL_SLOWDOWN]
+        slow = t.local_slowdowns()
+        for r in rows:
+            r[LOCAL_SLOWDOWN] = slow.get(r["job_id"])
     with open(run_dir / "jobs.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=columns)
         w.writeheader()

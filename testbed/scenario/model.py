@@ -31,6 +31,8 @@ from testbed.apps import registry as kinds
 from testbed.core.clock import auto_tdf
 from testbed.core.kinds import ENVELOPE_KINDS, Fault, FaultKind, OnNodeDown
 from testbed.scenario.divisible import DivisibleTasks
+from testbed.scenario.localusers import LocalUsers
+from testbed.scenario.localusers import ids as local_user_ids
 from testbed.schedulers import registry
 from testbed.schedulers.base import NodeInfo, PolicyConfigError
 
@@ -501,19 +503,31 @@ class WorkloadConfig(_Model):
     divisible: DivisibleTasks | None = Field(
         None, description="paper 001's divisible-load tasks (testbed/scenario/divisible.py)"
     )
+    local_users: list[LocalUsers] = Field(
+        default_factory=list,
+        description="paper 004's local users: sessions on the nodes named, started there at once, "
+        "bypassing the scheduler (testbed/scenario/localusers.py)",
+    )
 
     @model_validator(mode="after")
     def _not_empty(self):
-        if not self.jobs and self.generator is None and self.trace is None and self.divisible is None:
+        if (
+            not self.jobs
+            and self.generator is None
+            and self.trace is None
+            and self.divisible is None
+            and not self.local_users
+        ):
             raise ValueError(
-                "no jobs: give workload.jobs (a list), workload.generator, workload.trace or "
-                "workload.divisible"
+                "no jobs: give workload.jobs (a list), workload.generator, workload.trace, "
+                "workload.divisible or workload.local_users"
             )
         # The ids as the workload names them (testbed/scenario/workload.py): an unnamed job is j<i>, a
         # generated one j<jobs + k>; a given id may not take a name the workload gives another job.
         ids = [j.id or f"j{i}" for i, j in enumerate(self.jobs)]
         if self.generator is not None:
             ids += [f"j{len(self.jobs) + k}" for k in range(self.generator.count)]
+        ids += local_user_ids(self.local_users)
         seen: set[str] = set()
         dup = sorted({i for i in ids if i in seen or seen.add(i)})
         if dup:
@@ -704,6 +718,13 @@ class Scenario(_Model):
                 "clock.tdf: 'auto' cannot be used with cluster.ray_address (the nodes run on other hosts); "
                 "give the dilation as a number: 1 when every emulated CPU has a real core of its own"
             )
+        for i, u in enumerate(self.workload.local_users):
+            bad = [n for n in u.nodes if n >= self.cluster.nodes]
+            if bad:
+                raise ValueError(
+                    f"workload.local_users.{i}.nodes: node(s) {bad} do not exist (nodes 0.."
+                    f"{self.cluster.nodes - 1}); name nodes of the cluster"
+                )
         d = self.workload.divisible
         if d is not None and d.nodes is not None and d.nodes > self.cluster.nodes:
             raise ValueError(

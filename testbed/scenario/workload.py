@@ -1,11 +1,12 @@
 """Turns a scenario's workload section into jobs. Same seed, same jobs (docs/architecture.md, "Scenarios are
 data").
 
-Four sources, each a function of the scenario: the explicit ``jobs``, the ``generator`` (Poisson, or the
+Five sources, each a function of the scenario: the explicit ``jobs``, the ``generator`` (Poisson, or the
 Lublin-Feitelson model: testbed/scenario/lublin.py), a
-``trace`` replayed, paper 001's ``divisible`` tasks (testbed/scenario/divisible.py). Each says when a job
-arrives, how many processes it has and how its work is sized; the job's program kind answers the rest in
-one call (:meth:`ProgramKind.plan`), and the scheduler settles how its processes wait.
+``trace`` replayed, paper 001's ``divisible`` tasks (testbed/scenario/divisible.py), paper 004's
+``local_users`` (testbed/scenario/localusers.py: sessions on their owners' nodes, no scheduler). Each
+says when a job arrives, how many processes it has and how its work is sized; the job's program kind
+answers the rest in one call (:meth:`ProgramKind.plan`), and the scheduler settles how its processes wait.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import numpy as np
 
 from testbed.apps import registry as kinds
 from testbed.apps.base import AppConfig, JobPlan, Shape, WaitSpec
+from testbed.apps.localuser import LocalUserConfig, session_class
 from testbed.core.jobs import Job
 from testbed.scenario import lublin
 from testbed.scenario.divisible import draw as draw_divisible
+from testbed.scenario.localusers import draw as draw_local_users
 from testbed.scenario.model import LublinGenerator, Scenario
 from testbed.scenario.swf import TraceError
 from testbed.scenario.swf import read as read_trace
@@ -30,7 +33,13 @@ from testbed.schedulers.base import JobSpec, RealTime, job_wait
 
 def build(scn: Scenario) -> list[Job]:
     waits = _Waits(scn)
-    jobs = [*_explicit(scn, waits), *_generated(scn, waits), *_replayed(scn, waits), *_divisible(scn, waits)]
+    jobs = [
+        *_explicit(scn, waits),
+        *_generated(scn, waits),
+        *_replayed(scn, waits),
+        *_divisible(scn, waits),
+        *_local_users(scn, waits),
+    ]
     jobs.sort(key=lambda j: (j.spec.submit_time, j.job_id))
     return jobs
 
@@ -54,12 +63,18 @@ class _Waits:
 def _job(spec: JobSpec, plan: JobPlan, waits: _Waits) -> Job:
     """The job from what its source fixed (``spec``) and what its kind answered (``plan``)."""
     realtime = None if plan.realtime is None else RealTime(*plan.realtime)
-    return Job(dataclasses.replace(spec, realtime=realtime, **plan.spec_fields), plan.app, waits.of(plan))
+    owner = kinds.get(plan.app.kind).owner_node(plan.app)  # a local user's session: its owner's node
+    spec = dataclasses.replace(spec, realtime=realtime, owner_node=owner, **plan.spec_fields)
+    return Job(spec, plan.app, waits.of(plan))
 
 
 def _plan(cfg: AppConfig, submit: float, scn: Scenario, shape: Shape = Shape()) -> JobPlan:
-    # On a heterogeneous cluster a job is sized for its slowest node (ClusterConfig.min_rate).
-    return kinds.get(cfg.kind).plan(cfg, submit, scn.cluster.min_rate(), shape)
+    # On a heterogeneous cluster a job is sized for its slowest node (ClusterConfig.min_rate); a job
+    # that runs on its owner's node (a local user's session) for that node.
+    kind = kinds.get(cfg.kind)
+    owner = kind.owner_node(cfg)
+    rate = scn.cluster.min_rate() if owner is None else scn.cluster.node_info()[owner].rate
+    return kind.plan(cfg, submit, rate, shape)
 
 
 def _explicit(scn: Scenario, waits: _Waits) -> list[Job]:
@@ -264,3 +279,22 @@ def _divisible(scn: Scenario, waits: _Waits) -> list[Job]:
         return []
     tasks = draw_divisible(gen, scn.cluster.nodes, scn.workload.seed)
     return [_job(t.spec, _plan(t.app, t.spec.submit_time, scn), waits) for t in tasks]
+
+
+def _local_users(scn: Scenario, waits: _Waits) -> list[Job]:
+    """Paper 004's local users' sessions: each a ``localuser`` job of one process on its owner's node, its
+    length drawn (testbed/scenario/localusers.py); the decision core starts it there as it arrives."""
+    out = []
+    for job_id, node, submit, length, u in draw_local_users(scn.workload.local_users, scn.workload.seed):
+        cfg = LocalUserConfig(profile=u.profile, session_s=max(length, 1e-3), node=node)
+        plan = _plan(cfg, submit, scn)
+        spec = JobSpec(
+            job_id=job_id,
+            size=1,
+            submit_time=submit,
+            estimate=plan.estimate,
+            memory_mb=kinds.get(cfg.kind).memory_mb(cfg, 1),
+            job_class=u.job_class or session_class(u.profile),
+        )
+        out.append(_job(spec, plan, waits))
+    return out

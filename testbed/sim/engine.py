@@ -465,7 +465,7 @@ class Simulation:
             p.q_t0 = self.now
             node.procs[p.proc] = p
             self._emit(node.src, ev.PROC_STARTED, self.now, job=job.job_id, rank=rank, node=n, pid=None)
-            self._feed(node, ProcAdded(p.proc, job.spec))
+            self._feed(node, ProcAdded(p.proc, job.spec, local=job.spec.owner_node is not None))
 
     def kill(self, job: Job, nodes: tuple[int, ...], reason: str) -> None:
         r = self.runs.pop(job.job_id, None)

@@ -1,0 +1,119 @@
+"""Paper 004's local users (§3; docs/policies.md, "Local users"): the ``workload.local_users`` section of a
+scenario and the sessions it draws.
+
+Each entry gives one local user to each node of ``nodes``, with ``count`` sessions of ``profile`` one after
+another: the first arrives at ``start_s``, each next one an exponential gap (mean ``mean_gap_s``; 0: at
+once) after the previous one's length alone. A session's length is drawn from the paper's two-stage
+hyper-exponential (means 10 and 60 minutes, weights 0.6 and 0.4) times ``scale`` (0.01 by default: 6 and 36
+emulated seconds, so a run takes minutes, not hours). A session slowed down by the parallel jobs may still
+run when its successor arrives; the two then share the node as two of the owner's programs would.
+
+The draws come from their own stream of the workload seed (entry i: ``(seed, LOCAL_STREAM, i)``), so adding
+local users changes no other job of the workload.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: The paper's session lengths: two-stage hyper-exponential means (s) and weights.
+PAPER_MEANS_S = (600.0, 3600.0)
+PAPER_WEIGHTS = (0.6, 0.4)
+#: The default time scale of session lengths (and gaps are the scenario's own, unscaled).
+SESSION_SCALE = 0.01
+#: The seed stream of local users' draws, apart from the generator's.
+LOCAL_STREAM = 4004
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class SessionLengths(_Model):
+    """A two-stage (or k-stage) hyper-exponential: with probability ``weights[i]`` an exponential of mean
+    ``means_s[i]``; every draw times ``scale``."""
+
+    means_s: tuple[float, ...] = Field(PAPER_MEANS_S, min_length=1, description="each stage's mean, s")
+    weights: tuple[float, ...] = Field(PAPER_WEIGHTS, min_length=1, description="each stage's probability")
+    scale: float = Field(SESSION_SCALE, gt=0, description="multiplies every drawn length")
+
+    @model_validator(mode="after")
+    def _stages(self):
+        if len(self.means_s) != len(self.weights):
+            raise ValueError(
+                f"means_s has {len(self.means_s)} stage(s) and weights {len(self.weights)}; give one weight "
+                "per mean"
+            )
+        if any(m <= 0 for m in self.means_s):
+            raise ValueError(f"means_s: {list(self.means_s)}: every mean must be above 0")
+        if any(w <= 0 for w in self.weights):
+            raise ValueError(f"weights: {list(self.weights)}: every weight must be above 0")
+        return self
+
+    def mean(self) -> float:
+        """The expected length (scaled): sum of w_i m_i over the weights' sum, times scale."""
+        return self.scale * float(np.dot(self._p(), self.means_s))
+
+    def second_moment(self) -> float:
+        """E[X^2] (scaled): sum of w_i 2 m_i^2, as an exponential's is twice its mean squared."""
+        return self.scale**2 * float(np.dot(self._p(), 2.0 * np.square(self.means_s)))
+
+    def _p(self) -> np.ndarray:
+        w = np.asarray(self.weights, dtype=float)
+        return w / w.sum()
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` lengths, emulated seconds."""
+        stage = rng.choice(len(self.means_s), size=n, p=self._p())
+        return self.scale * rng.exponential(np.asarray(self.means_s)[stage])
+
+
+class LocalUsers(_Model):
+    """One local user on each of ``nodes``, each with ``count`` sessions of ``profile``."""
+
+    nodes: list[int] = Field(..., min_length=1, description="the nodes that have a local user, one each")
+    profile: Literal["cpu", "xwin"] = Field("cpu", description="cpu (65 % CPU, 35 MB) or xwin (20 %, 84 MB)")
+    count: int = Field(1, ge=1, le=10_000, description="sessions per node, one after another")
+    start_s: float = Field(0.0, ge=0, description="the first session's arrival, emulated s")
+    mean_gap_s: float = Field(
+        0.0, ge=0, description="mean exponential gap between a session's length and the next arrival; 0: none"
+    )
+    session: SessionLengths = Field(default_factory=SessionLengths)
+    job_class: str | None = Field(None, description="the sessions' class; null: cpu-user or xwin-user")
+
+    @model_validator(mode="after")
+    def _distinct(self):
+        dup = sorted({n for n in self.nodes if self.nodes.count(n) > 1})
+        if dup:
+            raise ValueError(f"nodes: node(s) {dup} listed twice; a node has one local user per entry")
+        if any(n < 0 for n in self.nodes):
+            raise ValueError(f"nodes: {self.nodes}: node numbers start at 0")
+        return self
+
+
+def session_id(entry: int, node: int, k: int) -> str:
+    """Session k of entry ``entry``'s user on ``node``."""
+    return f"u{entry}.n{node}.s{k}"
+
+
+def draw(users: list[LocalUsers], seed: int) -> list[tuple[str, int, float, float, LocalUsers]]:
+    """Every session: (job id, node, arrival, length alone, its entry), in entry, node and session order."""
+    out = []
+    for i, u in enumerate(users):
+        rng = np.random.default_rng((seed, LOCAL_STREAM, i))
+        for node in u.nodes:
+            lengths = u.session.draw(rng, u.count)
+            gaps = rng.exponential(u.mean_gap_s, u.count) if u.mean_gap_s > 0 else np.zeros(u.count)
+            t = u.start_s
+            for k in range(u.count):
+                out.append((session_id(i, node, k), node, round(float(t), 6), float(lengths[k]), u))
+                t += float(lengths[k]) + float(gaps[k])
+    return out
+
+
+def ids(users: list[LocalUsers]) -> list[str]:
+    """The sessions' job ids, without drawing (the scenario's duplicate-id check)."""
+    return [session_id(i, n, k) for i, u in enumerate(users) for n in u.nodes for k in range(u.count)]
