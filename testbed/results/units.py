@@ -56,7 +56,7 @@ class Scale:
     factor: float
 
 
-_ENERGY = (Scale("MJ", 1e6), Scale("kJ", 1e3), Scale("J", 1.0))
+_ENERGY = (Scale("GJ", 1e9), Scale("MJ", 1e6), Scale("kJ", 1e3), Scale("J", 1.0))
 
 
 def scale_for(key: str, values: list[float]) -> Scale:
