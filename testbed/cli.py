@@ -381,15 +381,16 @@ def compare_cmd(
     from testbed.results import compare, comparison, report
 
     try:
-        rows = compare.rows(compare.entries(dirs))
+        es = compare.entries(dirs)
     except compare.CompareError as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
     target = out_dir or Path("results") / time.strftime("compare-%Y%m%d-%H%M%S")
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         _fail(f"--out: {target} exists and is not an empty folder; name a new one", EXIT_BAD_INPUT)
     target.mkdir(parents=True, exist_ok=True)
+    rows = compare.rows(es)
     comparison.write_csv(target / "comparison.csv", rows)
-    page = report.compare_page(rows, f"comparison of {len(rows)} runs")
+    page = report.compare_page(rows, f"comparison of {len(rows)} runs", report.compare_warnings(es))
     (target / report.REPORT_FILE).write_text(page)
     # The folder is in the CSV; the terminal's table names each run by its label.
     shown = [{k: v for k, v in r.items() if k != "folder"} for r in rows]
