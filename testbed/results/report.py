@@ -679,9 +679,22 @@ def sweep_page(sweep: Path) -> str:
 # Runs side by side (testbed compare, repetitions)
 
 
-def compare_page(rows: list[dict], title: str) -> str:
-    body = [f"<h1>{_e(title)}</h1>"]
-    labels = [r["variant"] for r in rows]
+def compare_warnings(es: list[compare.Entry]) -> list[tuple[str, bool]]:
+    """Each run's warnings (testbed compare), named by its label, once each."""
+    out: list[tuple[str, bool]] = []
+    for e in es:
+        for s in e.summaries:
+            for text, bad in run_warnings(s):
+                if (f"{e.label}: {text}", bad) not in out:
+                    out.append((f"{e.label}: {text}", bad))
+    return out
+
+
+def compare_page(rows: list[dict], title: str, warnings: list[tuple[str, bool]] = ()) -> str:
+    """Runs side by side: a bar per run for each metric (its folder's label over its scheduler and
+    backend), and the table."""
+    body = [f"<h1>{_e(title)}</h1>", *_warnings(list(warnings))]
+    labels = [f"{r['variant']}\n{r['scheduler']}, {r['backend']}" for r in rows]
     body.append("<h2>Figures</h2><div class='grid'>")
     for m in _metrics(rows):
         err = _error_column(rows, m)
@@ -732,7 +745,7 @@ def page(folder: Path) -> str:
         es = compare.entries([folder])
     except compare.CompareError as exc:
         raise ReportError(str(exc)) from None
-    return compare_page(compare.rows(es), f"{folder.name}: {len(es)} runs")
+    return compare_page(compare.rows(es), f"{folder.name}: {len(es)} runs", compare_warnings(es))
 
 
 def write(folder: Path, out: Path | None = None) -> Path:
