@@ -45,7 +45,7 @@ STYLE = {
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 DASHES = ("-", "--", "-.", ":")
 #: A page-wide figure's width and a small multiple's, inches (a paper's text and column widths).
-WIDE_IN = 7.0
+WIDE_IN = 10.0
 SMALL_IN = (3.4, 2.4)
 #: The Gantt chart shows at most this many nodes (the first ones); the page says so when it cuts.
 GANTT_NODES_MAX = 64
@@ -221,7 +221,7 @@ def over_time(
         ax = axes[1]
         if watts:
             scale = 1e3 if max(watts) >= 1e3 else 1.0
-            ax.stairs([w / scale for w in watts], xs, color="C3")
+            ax.stairs([w / scale for w in watts], xs, color="C3", baseline=None)
             idle = power.idle_watts * power.nodes / scale
             ax.axhline(idle, color="0.3", lw=0.8, ls=":")
             ax.annotate(
@@ -236,7 +236,16 @@ def over_time(
             ax.set_ylim(idle - 0.1 * (top - idle), top + 0.05 * (top - idle))
             energy = sum(w * (t1 - t0) / bins for w in watts)
             e_scale = units.scale_for("energy_j", [energy])
-            ax.set_title(f"energy {units.show('energy_j', energy, e_scale)}", loc="right", fontsize=7)
+            ax.text(
+                0.99,
+                0.95,
+                f"energy {units.show('energy_j', energy, e_scale)}",
+                transform=ax.transAxes,
+                ha="right",
+                va="top",
+                fontsize=7,
+                color="0.3",
+            )
             ax.set_ylabel("power (kW)" if scale > 1 else "power (W)")
         ax = axes[2]
         for series, label, style in ((tl.running, "running", "-"), (tl.queued, "waiting", "--")):
