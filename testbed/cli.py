@@ -507,7 +507,8 @@ def validate(
         for v in vs:
             for note in v.notes:
                 out.print(f"note: {note}", highlight=False)
-    out.print(_validate_summary(scenario, scn, backend), highlight=False, soft_wrap=True)
+    # On stderr: stdout stays the effective scenario, a YAML document a program can read back.
+    err.print(_validate_summary(scenario, scn, backend), highlight=False, soft_wrap=True)
 
 
 def _validate_summary(path: Path, scn, backend: str) -> str:

@@ -59,10 +59,12 @@ def test_watch_says_no_run_is_live_and_that_the_simulator_has_no_exporters(tmp_p
 def test_validate_ends_with_one_line_saying_ok_and_what_it_would_use(tmp_path):
     doc = {"cluster": {"nodes": 4}, "workload": {"jobs": [{"size": 2}, {"size": 4}]}}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(doc))
-    last = _cli("validate", str(tmp_path / "s.yaml")).stdout.strip().splitlines()[-1]
+    r = _cli("validate", str(tmp_path / "s.yaml"))
+    assert yaml.safe_load(r.stdout)["cluster"]["nodes"] == 4  # stdout: the scenario, still YAML
+    last = r.output.strip().splitlines()[-1]
     assert last.startswith(f"ok: {tmp_path / 's.yaml'} is valid: 2 jobs on 4 nodes, scheduler gang; ")
     assert " envelope " in last and " TDF " in last
-    last = _cli("validate", str(tmp_path / "s.yaml"), "--backend", "sim").stdout.strip().splitlines()[-1]
+    last = _cli("validate", str(tmp_path / "s.yaml"), "--backend", "sim").output.strip().splitlines()[-1]
     assert last.endswith("in the simulator (envelope modelled, no dilation)")
 
 
