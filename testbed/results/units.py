@@ -109,6 +109,9 @@ def label(key: str) -> str:
         return comparison.results.rate_label(key)
     base, _, cls = key.partition(".")
     text = comparison.metric_label(base).split(" (")[0]
+    for suffix in (" s", " ms", " j"):  # a name without a label of its own: its unit goes on the axis
+        if text == base.replace("_", " ") and text.endswith(suffix):
+            text = text.removesuffix(suffix)
     return f"{text}, {cls}" if cls else text
 
 

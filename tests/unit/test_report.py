@@ -131,6 +131,13 @@ def test_values_read_with_their_units(key, value, text):
     assert units.show(key, value) == text
 
 
+def test_metric_names_carry_their_unit_once():
+    spread = units.scale_for("finish_spread_s", [3.0])
+    assert units.axis_label("finish_spread_s", spread) == "finish spread (s)"
+    assert units.axis_label("energy_j", units.scale_for("energy_j", [7.49e5])) == "energy (kJ)"
+    assert units.axis_label("reject_ratio", units.scale_for("reject_ratio", [0.2])) == "reject ratio (%)"
+
+
 def test_swept_keys_become_axes_and_readable_labels(tmp_path):
     rows = [
         {"variant": f"v{i}", "scheduler": s, "scheduler.params.admission": a, "workload.divisible.load": x,
