@@ -424,9 +424,6 @@ class LublinGenerator(_Model):
         1.0, gt=0, description="multiplies arrival times only: below 1 packs the same jobs closer (more load)"
     )
     start_hour: int = Field(8, ge=0, le=23, description="the time of day the arrivals start at")
-    min_size_log2: float = Field(
-        0.8, ge=0, description="ULow: log2 of the smallest parallel job (the paper's 0.8: 2 nodes)"
-    )
     step_s: float = Field(
         60.0, ge=0.001, description="emulated seconds of compute per iteration, at most (1 ms: a work unit)"
     )
