@@ -241,7 +241,7 @@ def _settings(s: dict, scn) -> list[tuple[str, str]]:
                 )
             ),
         ),
-        ("workload seed", _td(scn.workload.seed)),
+        ("workload seed", _td(s.get("workload_seed", scn.workload.seed))),  # a repetition's own
         (
             "power model",
             _td(

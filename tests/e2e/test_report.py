@@ -185,6 +185,8 @@ def test_sweep_report_in_chromium(browser, runs):
         "return Array.from(document.querySelectorAll('svg')).map(s => s.textContent).join(' ')"
     )
     assert "e+0" not in everything
+    # Two repetitions of each variant, each on its own workload: error bars, named.
+    assert "error bars: 95 % confidence interval over repetitions" in everything
     # The table's figures are comparison.csv's.
     rows = list(csv.DictReader(open(sweep / "comparison.csv")))
     cells = browser.execute_script(
