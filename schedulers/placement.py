@@ -141,9 +141,11 @@ class NodeMemory:
 
     def fitting(self, nodes: Iterable[int], job: JobSpec) -> list[int]:
         """The nodes of ``nodes`` (in their order) where one more process of ``job`` fits."""
-        if not self.aware:
-            return list(nodes)
-        mb, used, limit = job.memory_mb, self.used, self.limit
+        mb, used = job.memory_mb, self.used
+        if self.alike:  # one limit for every node (the common case: no per-node call in the loop)
+            top = self.limit(0)
+            return list(nodes) if top == math.inf else [n for n in nodes if used[n] + mb <= top]
+        limit = self.limit
         return [n for n in nodes if used[n] + mb <= limit(n)]  # fits()'s own comparison, term for term
 
     def take(self, job: JobSpec, nodes: Iterable[int]) -> None:
