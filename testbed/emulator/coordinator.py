@@ -379,6 +379,7 @@ class Coordinator:
         return counts
 
     def _status(self) -> dict:
+        self._end_if_stuck()
         counts = self.core.counts()
         final = sum(counts.get(s, 0) for s in FINAL)
         return {
@@ -392,6 +393,22 @@ class Coordinator:
             "down": dict(self.core.down),
             "first_start_real": self.first_start_real,
         }
+
+
+    def _end_if_stuck(self) -> None:
+        """A queue that can never move again ends the run with one error naming the job and why: a node is
+        down with no scripted fault left to bring it back, nothing runs or is still to arrive, and a queued
+        job is wider than the nodes up (DecisionCore.never_startable). Checked at each status poll."""
+        if self.core.ended or not self.core.down or self.clock is None:
+            return
+        if any(f.at_s > self._now() for f in self.faults):
+            return
+        if any(r.state in (JobState.PENDING, JobState.RUNNING) for r in self.core.jobs.values()):
+            return
+        why = self.core.never_startable()
+        if why is not None:
+            self.error = why
+            self._end(why)
 
 
 def _is_dead_actor(exc: BaseException) -> bool:
