@@ -44,6 +44,7 @@ RUN_ENTRIES = frozenset(
         "jobs.csv",
         "summary.json",
         "summaries.json",  # one per repetition
+        "repetitions.json",  # the repetitions' seeds and statistics (testbed/results/stats.py)
         "comparison.csv",  # a sweep's table
         "plots",  # a sweep's plots
         "error.txt",  # a failed sweep variant's traceback
