@@ -118,17 +118,19 @@ class NodeMemory:
     def never_fits(self, job: JobSpec) -> str | None:
         """Why ``job`` can never start on this cluster's nodes (a process bigger than every node, or than
         all but fewer nodes than it needs), or None."""
-        caps = [self.capacity(n) for n in range(self.policy.nodes)]
-        if not self.aware or None in caps:
+        caps = [self.capacity(0)] if self.alike else [self.capacity(n) for n in range(self.policy.nodes)]
+        if None in caps:
             return None
         big = sum(1 for cap in caps if job.memory_mb <= cap)
         need = 1 if job.moldable else job.size
         if big == 0:
-            which = "a node has" if min(caps) == max(caps) else "the largest node has"
+            which = "a node has" if self.alike else "the largest node has"
             return (
                 f"job {job.job_id} needs {job.memory_mb:g} MB of memory per process but {which} only "
                 f"{max(caps):g} MB; it could never start without swapping"
             )
+        if self.alike:
+            return None
         if big < min(need, len(caps)):
             return (
                 f"job {job.job_id} needs {need} nodes with {job.memory_mb:g} MB of memory per process but "
