@@ -42,6 +42,10 @@ def test_simulated_repetitions_draw_seed_plus_k_and_carry_intervals(tmp_path):
     half = 4.303 * statistics.stdev(vals) / 3**0.5  # t(0.975, 2 df) from the table
     assert (m["ci95_low"], m["ci95_high"]) == pytest.approx((m["mean"] - half, m["mean"] + half), rel=1e-3)
     assert m["stdev"] > 0
+    # Every file the repetitions' folder holds is a run's own (--force may replace it).
+    from testbed.results.folder import RUN_ENTRIES
+
+    assert {p.name for p in out.iterdir()} - RUN_ENTRIES == {"rep-1", "rep-2", "rep-3"}
 
 
 def test_real_process_repetitions_keep_the_seed_unless_told():
