@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.results import comparison
+from testbed.results import comparison, stats
 from testbed.results import summary as results
 
 #: A repetition's folder: its runs are one entry, with a mean and a spread.
@@ -32,7 +31,7 @@ class Entry:
     summaries: list[dict]
 
 
-def _summary(run: Path) -> dict:
+def summary_of(run: Path) -> dict:
     try:
         return json.loads((run / "summary.json").read_text())
     except OSError:
@@ -63,8 +62,19 @@ def entries(dirs: list[Path]) -> list[Entry]:
     out = []
     for (given, key, runs), label in zip(found, labels, strict=True):
         variant = "" if key == given else str(key.relative_to(given))
-        out.append(Entry(key, label, variant, [_summary(r) for r in runs]))
+        out.append(Entry(key, label, variant, [summary_of(r) for r in runs]))
     return out
+
+
+def repetitions(folder: Path) -> list[Entry] | None:
+    """A run's repetitions (``folder/rep-k``), each its own entry, then their mean as one more; None when
+    ``folder`` is not a folder of repetitions."""
+    runs = results.run_folders(folder)
+    if not runs or any(r.parent != folder or not REPETITION.fullmatch(r.name) for r in runs):
+        return None
+    runs.sort(key=lambda r: int(r.name.split("-")[1]))
+    each = [Entry(r, r.name, "", [summary_of(r)]) for r in runs]
+    return [*each, Entry(folder, "mean", "", [e.summaries[0] for e in each])]
 
 
 def _labels(paths: list[Path]) -> list[str]:
@@ -85,8 +95,8 @@ def _value(s: dict, name: str) -> float | None:
 
 
 def rows(es: list[Entry]) -> list[dict]:
-    """One row per entry, with comparison.csv's metric columns (mean, and ``_stdev`` where an entry has
-    repetitions)."""
+    """One row per entry, with comparison.csv's metric columns (mean, and ``_stdev`` and ``_ci95`` where
+    an entry has repetitions)."""
     found = {
         k for e in es for s in e.summaries for k, v in s.items() if v is not None and comparison.is_metric(k)
     }
@@ -110,8 +120,10 @@ def rows(es: list[Entry]) -> list[dict]:
         for m in (*metrics, *comparison.JOB_STATES):
             vals = [x for x in (_value(s, m) for s in e.summaries) if x is not None]
             row[m] = sum(vals) / len(vals) if vals else None
-            if multi:
-                row[f"{m}_stdev"] = statistics.stdev(vals) if len(vals) > 1 else None
+            if multi:  # as a sweep's comparison: the spread and the 95 % interval of the mean
+                d = stats.describe(vals)
+                row[f"{m}_stdev"] = d.stdev if d is not None else None
+                row[f"{m}{comparison.CI95}"] = d.ci95_half if d is not None else None
         row["error"] = first.get("error") or ""
         out.append(row)
     return out

@@ -333,8 +333,18 @@ def bars(
         scale = _value_scale(ax, metric, vals)
         x = list(range(len(labels)))
         heights = [(v or 0.0) / scale.factor for v in values]
-        yerr = [(e or 0.0) / scale.factor for e in errs] if any(errs) else None
-        ax.bar(x, heights, yerr=yerr, capsize=2, color="0.55", edgecolor="0.2", linewidth=0.5)
+        ax.bar(x, heights, color="0.55", edgecolor="0.2", linewidth=0.5)
+        with_err = [i for i, e in enumerate(errs) if e]  # a single run has none, not one of 0
+        if with_err:
+            ax.errorbar(
+                [x[i] for i in with_err],
+                [heights[i] for i in with_err],
+                yerr=[errs[i] / scale.factor for i in with_err],
+                fmt="none",
+                ecolor="black",
+                elinewidth=0.8,
+                capsize=2,
+            )
         _value_limits(ax, vals, scale)
         for xi, v in zip(x, values, strict=True):
             if v is None:

@@ -542,7 +542,7 @@ class _Namer:
 
 
 def _error_column(rows: list[dict], m: str) -> tuple[str, str] | None:
-    for suffix, name in (("_ci95", "95 % confidence interval"), ("_stdev", "standard deviation")):
+    for suffix, name in ((comparison.CI95, "95 % confidence interval"), ("_stdev", "standard deviation")):
         if f"{m}{suffix}" in rows[0] and any(_num(r.get(f"{m}{suffix}")) for r in rows):
             return suffix, name + " over repetitions"
     return None
@@ -742,10 +742,12 @@ def page(folder: Path) -> str:
     if results.run_folders(folder) == [folder]:
         return run_page(folder)
     try:
-        es = compare.entries([folder])
+        reps = compare.repetitions(folder)
+        es = reps or compare.entries([folder])
     except compare.CompareError as exc:
         raise ReportError(str(exc)) from None
-    return compare_page(compare.rows(es), f"{folder.name}: {len(es)} runs", compare_warnings(es))
+    what = f"{len(es) - 1} repetitions and their mean" if reps else f"{len(es)} runs"
+    return compare_page(compare.rows(es), f"{folder.name}: {what}", compare_warnings(es))
 
 
 def write(folder: Path, out: Path | None = None) -> Path:

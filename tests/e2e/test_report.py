@@ -214,6 +214,22 @@ def test_compare_two_folders(browser, runs, tmp_path):
     _open(browser, out / "report.html", out / "report.png")
     assert "quickstart-gang" in _svg_text(browser, "[id='fig-mean_response_time_s'] svg")
 
+    # A variant's repetitions: a bar each and their mean, the mean's numbers those of comparison.csv.
+    variant = runs["sweep"] / "mcdf-load1.0"
+    assert _cli_here("report", str(variant)).exit_code == 0
+    _open(browser, variant / "report.html", variant / "report.png")
+    assert browser.find_element("tag name", "h1").text == "mcdf-load1.0: 2 repetitions and their mean"
+    cells = browser.execute_script(
+        "return Array.from(document.querySelectorAll(\"td[data-key='makespan_s']\"))"
+        ".map(e => parseFloat(e.dataset.value))"
+    )
+    each = [json.loads((variant / f"rep-{k}" / "summary.json").read_text())["makespan_s"] for k in (1, 2)]
+    assert cells == pytest.approx([*each, sum(each) / 2])
+    sweep_row = next(
+        r for r in csv.DictReader(open(runs["sweep"] / "comparison.csv")) if r["variant"] == variant.name
+    )
+    assert cells[-1] == pytest.approx(float(sweep_row["makespan_s"]), abs=1e-6)
+
 
 def test_report_refuses_what_is_not_a_results_folder(tmp_path):
     p = _cli("report", str(tmp_path / "nothing"))  # one process: the exit status and stderr as a user sees
