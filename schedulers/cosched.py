@@ -53,10 +53,10 @@ from .base import (
     Timer,
     job_wait,  # noqa: F401 - re-exported: the rule applies to every scheduler, it lives in base
 )
+from .cfs import NICE_MAX, NICE_MIN
 from .local import LocalGlobal, LocalParams
 from .params import PolicyParams, param, rule_error
 
-NICE_MIN, NICE_MAX = -20, 19
 #: A Timer a little early (the real agent's event loop may fire it up to its clock resolution early)
 #: still counts as on time for deadlines within this many emulated seconds.
 TIMER_SLACK_S = 1e-9

@@ -25,6 +25,8 @@ _BUILTIN = {
     "pbsb": "testbed.schedulers.cosched:PbSb",
     "cc": "testbed.schedulers.cosched:Cc",
     "hybrid": "testbed.schedulers.cosched:Hybrid",
+    "dynamic": "testbed.schedulers.ccs:Dynamic",
+    "ccs": "testbed.schedulers.ccs:Ccs",
     "mcdf": "testbed.schedulers.divisible:Mcdf",
     "fifo-anna": "testbed.schedulers.divisible:FifoAnna",
     "fifo-an": "testbed.schedulers.divisible:FifoAn",

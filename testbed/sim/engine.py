@@ -55,6 +55,7 @@ from testbed.core.interrupts import interruptible
 from testbed.core.jobs import FINAL, Job
 from testbed.core.kinds import Fault, FaultKind, OnNodeDown
 from testbed.schedulers import registry
+from testbed.schedulers.cfs import cfs_weight
 from testbed.schedulers.base import (
     CollectiveEnter,
     CollectiveLeave,
@@ -84,14 +85,6 @@ from testbed.schedulers.base import (
 if TYPE_CHECKING:
     from testbed.scenario import Scenario
 
-#: Linux CFS load weight by nice value (kernel/sched/core.c, sched_prio_to_weight), nice -20 first.
-CFS_WEIGHTS = (
-    88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916,
-    9548, 7620, 6100, 4904, 3906, 3121, 2501, 1991, 1586, 1277,
-    1024, 820, 655, 526, 423, 335, 272, 215, 172, 137,
-    110, 87, 70, 56, 45, 36, 29, 23, 18, 15,
-)  # fmt: skip
-
 #: Remaining CPU work (CPU-seconds at rate 1) below which a compute phase counts as done; covers the
 #: rounding of predicted completion times.
 EPS = 1e-9
@@ -105,10 +98,6 @@ _SUBMIT, _COMPLETE, _IO_DONE, _MSG, _SPIN_END, _TICK, _SLOT, _TIMER, _ACK, _ACK_
     range(12)
 )
 _PERIODIC = (_TICK, _SLOT, _TIMER)
-
-
-def cfs_weight(nice: int) -> int:
-    return CFS_WEIGHTS[min(19, max(-20, nice)) + 20]
 
 
 class _JobRun:
