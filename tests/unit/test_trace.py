@@ -88,7 +88,7 @@ def test_a_trace_job_wider_than_the_cluster_is_refused_unless_clamped_dropped_or
 
     with pytest.raises(swf.TraceError, match=r"1 job\(s\) wider than the cluster's 8 nodes, the first job 3"):
         build(_small(tmp_path))
-    with pytest.raises(PreflightError, match=r"^workload.trace: 1 job\(s\) wider .*trace.oversize: clamp, drop"):
+    with pytest.raises(PreflightError, match=r"^workload.trace: 1 job\(s\) wider .*oversize: clamp, drop"):
         runner.preflight(_small(tmp_path), "sim", tmp_path / "out")
     sizes = {j.job_id: j.spec.size for j in build(_small(tmp_path, oversize="clamp"))}
     assert sizes == {"t1": 2, "t2": 4, "t3": 8, "t4": 1}
