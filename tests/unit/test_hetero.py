@@ -188,3 +188,13 @@ def test_uniform_results_have_no_per_node_rates(tmp_path):
     assert "node_rates" not in summary
     with open(tmp_path / "jobs.csv") as fh:
         assert csv.DictReader(fh).fieldnames == results.JOB_COLUMNS
+
+
+def test_kubernetes_pods_are_sized_for_the_largest_node():
+    from testbed.deploy.k8s import rayjob
+
+    job = rayjob("het", {"cluster": {"groups": PAPER004}}, "img")
+    [group] = job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    assert group["replicas"] == 16  # the groups' counts, cluster.nodes left out
+    [worker] = group["template"]["spec"]["containers"]
+    assert worker["resources"]["limits"] == {"cpu": "1250m", "memory": "256Mi"}

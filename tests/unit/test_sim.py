@@ -263,7 +263,8 @@ def test_event_format():
     assert [e["value"] for e in prog] == [10, 20, 25]
     assert all(e["unit"] == "barriers" and e["src"] == "node1" for e in prog)
     sw = of_kind(events, "slot_switch")[0]
-    assert set(sw) == {"t", "wall", "src", "kind", "node", "slot", "at", "effect", "late_ms"}
+    assert set(sw) == {"t", "wall", "src", "kind", "node", "slot", "at", "effect", "late_ms", "jobs"}
+    assert all(isinstance(j, str) for e in of_kind(events, "slot_switch") for j in e["jobs"])
     assert set(of_kind(events, "slot_planned")[0]) == {"t", "wall", "src", "kind", "slot", "at", "rows"}
 
 
