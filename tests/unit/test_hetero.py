@@ -17,6 +17,7 @@ from testbed.schedulers import registry
 from testbed.schedulers.base import JobSpec, NodeInfo, Reject, Start
 
 from testbed.core.jobs import Job
+from testbed.deploy.k8s import rayjob
 from testbed.results import summary as results
 from testbed.scenario import ScenarioError, effective_tdf
 from testbed.scenario.model import from_file_or_doc
@@ -191,8 +192,6 @@ def test_uniform_results_have_no_per_node_rates(tmp_path):
 
 
 def test_kubernetes_pods_are_sized_for_the_largest_node():
-    from testbed.deploy.k8s import rayjob
-
     job = rayjob("het", {"cluster": {"groups": PAPER004}}, "img")
     [group] = job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     assert group["replicas"] == 16  # the groups' counts, cluster.nodes left out
