@@ -64,7 +64,13 @@ def browser():
         require(False, "selenium is not installed (pip install -e '.[dev]')")
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,900"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1200,900",
+    ):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
@@ -229,6 +235,14 @@ def test_compare_two_folders(browser, runs, tmp_path):
         r for r in csv.DictReader(open(runs["sweep"] / "comparison.csv")) if r["variant"] == variant.name
     )
     assert cells[-1] == pytest.approx(float(sweep_row["makespan_s"]), abs=1e-6)
+
+
+def test_the_script_error_check_catches_one(browser, tmp_path):
+    """The check every page passes fails on a page whose script throws."""
+    page = tmp_path / "broken.html"
+    page.write_text("<!DOCTYPE html><html><body><p>x</p><script>noSuchFunction();</script></body></html>")
+    with pytest.raises(AssertionError, match="noSuchFunction"):
+        _open(browser, page, tmp_path / "broken.png")
 
 
 def test_report_refuses_what_is_not_a_results_folder(tmp_path):
