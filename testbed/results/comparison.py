@@ -284,7 +284,9 @@ def table(rows: list[dict], title: str = "comparison"):
     one column per variant, like :func:`testbed.results.summary.table`, so that a handful of variants fits a
     terminal; the CSV has one row per variant."""
 
-    fixed = {"variant", "status", "repetitions", "error", *JOB_STATES}
+    # Bookkeeping columns, not keys a variant overrides (not_as_planned: the exit status says it).
+    fixed = {"variant", "status", "repetitions", "error", "jobs_not_as_planned", "not_as_planned"}
+    fixed |= set(JOB_STATES)
     cols = [k for k in (rows[0] if rows else {}) if not k.endswith(("_stdev", CI95))]
     keys = [k for k in cols if k not in fixed and not is_metric(k)]
     metrics = [k for k in cols if is_metric(k)]

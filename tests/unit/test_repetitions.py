@@ -92,3 +92,10 @@ def test_a_sweeps_comparison_carries_the_interval(tmp_path):
         )
         assert r["makespan_s" + comparison.CI95] == pytest.approx(d.ci95_half)
         assert (tmp_path / "out" / r["variant"] / stats.REPETITIONS_FILE).exists()
+    # The table shows the overridden key and the metrics, not the bookkeeping columns as if they were keys.
+    from rich.console import Console
+
+    con = Console(record=True, width=200)
+    con.print(comparison.table(rows))
+    text = con.export_text()
+    assert "scheduler.name" in text and "not_as_planned" not in text
