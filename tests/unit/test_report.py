@@ -175,3 +175,20 @@ def test_warnings_for_figures_not_to_trust():
     assert len(texts) == 1 and "32.0%" in texts[0]
     texts = [t for t, _ in report.run_warnings({**ok, "envelope": "none", "cpu_rate_fixed": False})]
     assert len(texts) == 1 and "'none'" in texts[0] and "not fixed" in texts[0]
+
+
+def test_a_folder_the_report_cannot_read_is_named_with_its_fix(tmp_path):
+    run = tmp_path / "killed"
+    (run / "events").mkdir(parents=True)
+    (run / "events" / "coordinator.jsonl").write_text("")
+    (run / "summary.json").write_text("{}")
+    (run / "scenario.yaml").write_text(
+        "name: k\nworkload:\n  jobs: [{id: a, size: 1, app: {iterations: 1}}]\n"
+    )
+    with pytest.raises(report.ReportError, match=r"no events.jsonl .* `testbed results .*killed`"):
+        report.page(run)
+    (run / "summary.json").unlink()
+    with pytest.raises(report.ReportError, match=r"no summary.json; rebuild it with `testbed results"):
+        report.page(run)
+    with pytest.raises(report.ReportError, match="no such folder"):
+        report.page(tmp_path / "nowhere")
