@@ -14,8 +14,9 @@ the same weights, so both backends share the CPU alike.
     processes together weigh ``L`` of the CPU against the local processes' ``1 - L`` (the paper's quanta
     ``DEF_QUANTUM_i * L`` and ``* (1 - L)``). CFS is work-conserving, so each side uses what the other
     leaves, as in the paper. Meanwhile no queued message boosts a parallel process: its boost would come
-    out of the local users' share (the paper's quantum limits bound the dynamic coscheduling too). ``DEF_QUANTUM_i = DEF_QUANTUM / W_i`` sizes a time slice: under CFS the slice
-    is the kernel's, and what the quanta decide, the shares, is what the weights set.
+    out of the local users' share (the paper's quantum limits bound the dynamic coscheduling too).
+    ``DEF_QUANTUM_i = DEF_QUANTUM / W_i`` sizes a time slice: under CFS the slice is the kernel's, and
+    what the quanta decide, the shares, is what the weights set.
   - *Events.* When local activity begins on the node (its first local process), it sends LOCAL for
     every parallel job that runs here to that job's other nodes; NO_LOCAL when it ends (its last local
     process exits); a parallel job that starts while it lasts gets its LOCAL then.
@@ -32,8 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .base import CoopEvent, CoopReceived, LocalDecision, LocalEvent, Proc, ProcAdded, ProcExited
-from .cfs import NICE_MAX, NICE_MIN, cfs_weight, nearest_nice
-from .cosched import CoschedLocal, NiceParams, _Cosched
+from .cfs import NICE_MIN, cfs_weight, nearest_nice
+from .cosched import BoostParams, CoschedLocal, _Cosched
 from .local import LocalParams
 from .params import param
 
@@ -41,16 +42,11 @@ from .params import param
 # Parameters
 
 
-class DynamicParams(NiceParams, LocalParams):
+class DynamicParams(BoostParams, LocalParams):
+    """boost_nice (BoostParams): the lowest nice value queued messages bring a receiver to."""
+
     boost_per_message: int = param(
         5, "nice steps a receiver gains for each message queued for it", noun="a whole number", ge=0, le=39
-    )
-    boost_nice: int = param(
-        -10,
-        "the lowest nice value queued messages bring a receiver to",
-        noun="a whole nice value",
-        ge=NICE_MIN,
-        le=NICE_MAX,
     )
 
 

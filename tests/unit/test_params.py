@@ -55,6 +55,9 @@ NEEDS = {
     # paper 001's admission-controlled schemes, and the FIFO/EDF baselines among them
     "batch": "'joint' or 'each'",
     "admission_test": "'queue' or 'walk'",
+    # paper 004's DYNAMIC and CCS
+    "boost_per_message": "a whole number in 0..39",
+    "share_l": "a fraction > 0 and < 1",
 }
 MPL_NEEDS = {
     "gang": "a whole number of matrix rows in 1..256",
@@ -77,6 +80,8 @@ BAD = {
     "'fastest' or 'every'": ["all", 16, None],
     "'joint' or 'each'": ["together", True],
     "'queue' or 'walk'": ["backfill", 1],
+    "a whole number in 0..39": [-1, 40, 1.5, "5", True],
+    "a fraction > 0 and < 1": [0, 1, 1.5, -0.1, "0.5", True, float("nan")],
 }
 
 
@@ -131,7 +136,7 @@ def test_lead_must_be_shorter_than_the_quantum(sched):
     assert cls.check_params({"quantum_ms": 20, "lead_ms": 19.5})["lead_ms"] == 19.5
 
 
-@pytest.mark.parametrize("sched", ["dcs", "sb", "pb", "pbsb", "cc", "hybrid"])
+@pytest.mark.parametrize("sched", ["dcs", "sb", "pb", "pbsb", "cc", "hybrid", "dynamic", "ccs"])
 def test_boost_nice_must_be_below_normal_nice(sched):
     cls = registry.get(sched)
     with pytest.raises(PolicyConfigError) as exc:
@@ -206,6 +211,8 @@ GOOD = {
     "all_nodes": "every",
     "batch": "each",
     "admission_test": "walk",
+    "boost_per_message": 0,
+    "share_l": 0.2,
 }
 
 
