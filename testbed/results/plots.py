@@ -25,7 +25,10 @@ from testbed.results import units  # noqa: E402
 from testbed.results.timeline import Timeline  # noqa: E402
 
 STYLE = {
-    "font.family": "DejaVu Sans",
+    # matplotlib lays text out with DejaVu Sans (it ships it); a browser without it falls back to fonts
+    # of about its width, named in the SVG.
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans", "Verdana", "Helvetica", "Arial"],
     "font.size": 8,
     "axes.titlesize": 9,
     "axes.labelsize": 8,
