@@ -394,7 +394,6 @@ class Coordinator:
             "first_start_real": self.first_start_real,
         }
 
-
     def _end_if_stuck(self) -> None:
         """A queue that can never move again ends the run with one error naming the job and why: a node is
         down with no scripted fault left to bring it back, nothing runs or is still to arrive, and a queued

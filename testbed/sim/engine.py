@@ -55,7 +55,6 @@ from testbed.core.interrupts import interruptible
 from testbed.core.jobs import FINAL, Job
 from testbed.core.kinds import Fault, FaultKind, OnNodeDown
 from testbed.schedulers import registry
-from testbed.schedulers.cfs import cfs_weight
 from testbed.schedulers.base import (
     CollectiveEnter,
     CollectiveLeave,
@@ -81,6 +80,7 @@ from testbed.schedulers.base import (
     SlotStart,
     Timer,
 )
+from testbed.schedulers.cfs import cfs_weight
 
 if TYPE_CHECKING:
     from testbed.scenario import Scenario

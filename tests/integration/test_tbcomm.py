@@ -651,9 +651,7 @@ def test_malformed_oversize_and_garbage_frames_close_their_connection_and_the_jo
     import resource
     import socket
 
-    from testbed.apps.wire import HEADER, HELLO, PROGRESS, split_address
-
-    from testbed.apps.wire import MAX_FRAME_BODY
+    from testbed.apps.wire import HEADER, HELLO, MAX_FRAME_BODY, PROGRESS, split_address
 
     cl = cluster_factory(2)
     host, port = split_address(cl.addrs[0])

@@ -219,6 +219,7 @@ def test_a_message_no_nic_could_carry_is_refused_for_real_processes_only(tmp_pat
 
 def test_a_runs_frame_bound_is_its_largest_message():
     from testbed.apps.wire import MAX_FRAME_BODY, MIN_FRAME_BODY, STAMP, frame_bound
+
     from testbed.core.jobs import largest_message
     from testbed.scenario.workload import build
 
