@@ -214,10 +214,10 @@ def _trace_size(tj, tr, nodes: int) -> int:
     return min(nodes, size) if tr.oversize == "clamp" else size
 
 
-def _trace_selection(scn: Scenario):
+def _trace_picked(scn: Scenario) -> list:
     """The trace jobs replayed, in file order: those that ran (run time and processors known and above
-    0) and whose status is kept, after ``skip``, at most ``count``; one wider than the cluster refuses
-    the trace (a :class:`TraceError` naming it and the fix) or is dropped, as ``oversize`` says."""
+    0) and whose status is kept, after ``skip``, at most ``count``; one wider than the cluster dropped
+    if ``oversize: drop`` says so."""
     tr = scn.workload.trace
     nodes = scn.cluster.nodes
     keep = None if tr.status is None else set(tr.status)
@@ -227,11 +227,19 @@ def _trace_selection(scn: Scenario):
             return False
         return not (tr.oversize == "drop" and round(tj.procs * tr.size_scale) > nodes)
 
-    picked = list(
+    return list(
         itertools.islice(
             filter(usable, read_trace(tr.path)), tr.skip, None if tr.count is None else tr.skip + tr.count
         )
     )
+
+
+def _trace_selection(scn: Scenario):
+    """:func:`_trace_picked`, where one wider than the cluster refuses the trace (a :class:`TraceError`
+    naming it and the fix) unless ``oversize`` says otherwise."""
+    tr = scn.workload.trace
+    nodes = scn.cluster.nodes
+    picked = _trace_picked(scn)
     if tr.oversize == "refuse":
         wide = [tj for tj in picked if round(tj.procs * tr.size_scale) > nodes]
         if wide:
@@ -246,7 +254,8 @@ def _trace_selection(scn: Scenario):
 
 def trace_notes(scn: Scenario) -> list[str]:
     """What the user should know about the trace's jobs before they run: how many were left out by their
-    status, clamped to the cluster or dropped for their width."""
+    status, clamped to the cluster or dropped for their width, and how many arrive before a job above
+    them in the file (replayed sorted by arrival, so the file's order is not the replay's)."""
     tr = scn.workload.trace
     if tr is None:
         return []
@@ -268,6 +277,14 @@ def trace_notes(scn: Scenario) -> list[str]:
         notes.append(
             f"workload.trace.oversize {tr.oversize}: {wide} trace job(s) wider than {nodes} nodes "
             f"{what[tr.oversize]}"
+        )
+    late, latest = 0, -math.inf
+    for tj in _trace_picked(scn):
+        late += tj.submit < latest
+        latest = max(latest, tj.submit)
+    if late:
+        notes.append(
+            f"workload.trace: {late} trace job(s) out of submission order: replayed sorted by arrival"
         )
     return notes
 

@@ -121,3 +121,27 @@ def test_a_listed_job_wider_than_the_cluster_is_refused_unless_rejection_is_aske
     assert (
         load(doc={**doc, "workload": {**doc["workload"], "oversize": "reject"}}).workload.jobs[1].size == 17
     )
+
+
+def test_a_trace_out_of_submission_order_is_replayed_sorted_with_a_note(tmp_path):
+    from testbed.scenario.workload import trace_notes
+
+    p = tmp_path / "shuffled.swf"
+    # Arrivals 10, 19, 15, 22, 13 in file order: the third and the fifth arrive before a job above them.
+    rows = [(1, 10), (2, 19), (3, 15), (4, 22), (5, 13)]
+    lines = [f"{j} {t} -1 10 2 -1 -1 2 20 -1 1 1 1 1 1 1 -1 -1" for j, t in rows]
+    p.write_text("; MaxProcs: 8\n" + "\n".join(lines) + "\n")
+    doc = {"cluster": {"nodes": 8}, "scheduler": {"name": "batch"}, "workload": {"trace": {"path": str(p)}}}
+    scn = load(doc=doc)
+    jobs = build(scn)
+    assert [(j.job_id, j.spec.submit_time) for j in jobs] == [
+        ("t1", 0.0),
+        ("t5", 3.0),
+        ("t3", 5.0),
+        ("t2", 9.0),
+        ("t4", 12.0),
+    ]  # from the earliest arrival, never negative, in arrival order
+    assert trace_notes(scn) == [
+        "workload.trace: 2 trace job(s) out of submission order: replayed sorted by arrival"
+    ]
+    assert trace_notes(_small(tmp_path)) == []  # a trace in order gets no such note
