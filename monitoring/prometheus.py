@@ -122,6 +122,17 @@ class LocalPrometheus:
         self.url = f"http://{host}:{self.port}"
         self.proc: subprocess.Popen | None = None
 
+    def argv(self, exe: str) -> list[str]:
+        """The command line. Without ``--web.enable-lifecycle`` or ``--web.enable-admin-api``: those let
+        any local user who reaches the port POST ``/-/quit`` or delete the stored series; :meth:`stop`
+        ends the process with a signal instead."""
+        return [
+            exe,
+            f"--config.file={self.dir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={self.dir / 'data'}",
+            f"--web.listen-address={self.host}:{self.port}",
+        ]
+
     def start(self, timeout: float = 30.0) -> str:
         exe = binary()
         if exe is None:
@@ -129,12 +140,7 @@ class LocalPrometheus:
         log = open(self.dir / "prometheus.log", "ab")  # noqa: SIM115 - the child keeps it
         try:
             self.proc = subprocess.Popen(
-                [
-                    exe,
-                    f"--config.file={self.dir / 'prometheus.yml'}",
-                    f"--storage.tsdb.path={self.dir / 'data'}",
-                    f"--web.listen-address={self.host}:{self.port}",
-                ],
+                self.argv(exe),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,

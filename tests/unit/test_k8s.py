@@ -169,3 +169,16 @@ def test_kubectl_kustomize_builds_the_objects_validated_here():
     ours = k8s.objects({p.name: p.read_text() for p in k8s.BASE.iterdir()})
     key = lambda o: (o["kind"], o["metadata"]["name"])  # noqa: E731
     assert sorted(objs, key=key) == sorted(ours, key=key)
+
+
+def test_the_ray_dashboard_stays_on_the_head_pods_loopback():
+    objs = k8s.objects(k8s.render(ROOT / "scenarios" / "quickstart.yaml"))
+    (job,) = [o for o in objs if o["kind"] == "RayJob"]
+    head = job["spec"]["rayClusterSpec"]["headGroupSpec"]
+    # The dashboard's job API runs code: it listens on the pod's loopback only, where the submitter that
+    # SidecarMode puts in the head pod reaches it, and its port is not among the pod's named ports.
+    assert head["rayStartParams"]["dashboard-host"] == "127.0.0.1"
+    assert job["spec"]["submissionMode"] == "SidecarMode"
+    (c,) = head["template"]["spec"]["containers"]
+    assert 8265 not in {p["containerPort"] for p in c["ports"]}
+    assert head["template"]["spec"]["restartPolicy"] == "Never"  # SidecarMode's head must not restart

@@ -235,3 +235,35 @@ def test_node_observer_counts_deadlines_and_a_head_node_has_no_cluster_gauges(tm
         finally:
             obs.close()
             log.close()
+
+
+def test_an_exporter_bound_beyond_loopback_logs_a_warning(monkeypatch, caplog):
+    import logging
+
+    import prometheus_client
+    from prometheus_client import CollectorRegistry
+    from testbed.monitoring import metrics
+
+    class Server:
+        server_port = 9464
+
+    # No socket is opened: serve's own decision is what is tested, not prometheus_client's bind.
+    monkeypatch.setattr(prometheus_client, "start_http_server", lambda port, addr, registry: (Server(), None))
+    with caplog.at_level(logging.WARNING, logger="testbed"):
+        assert metrics.serve(CollectorRegistry(), host="127.0.0.1")[1] == "127.0.0.1:9464"
+        assert metrics.serve(CollectorRegistry(), host="localhost")[1] == "localhost:9464"
+        assert caplog.records == []  # loopback: nothing to say
+        assert metrics.serve(CollectorRegistry(), host="0.0.0.0")[1] == "0.0.0.0:9464"
+    (rec,) = caplog.records
+    assert rec.levelno == logging.WARNING
+    assert rec.getMessage().startswith("monitoring: an exporter listens on 0.0.0.0:9464, beyond loopback")
+
+
+def test_the_local_prometheus_runs_without_the_lifecycle_or_admin_api(tmp_path):
+    from testbed.monitoring.prometheus import LocalPrometheus
+
+    argv = LocalPrometheus(tmp_path, port=9090).argv("/usr/bin/prometheus")
+    assert argv[0] == "/usr/bin/prometheus"
+    assert "--web.listen-address=127.0.0.1:9090" in argv  # loopback unless asked
+    # With the lifecycle API any local user could POST /-/quit; with the admin API, delete the series.
+    assert not [a for a in argv if a.startswith(("--web.enable-lifecycle", "--web.enable-admin-api"))]
