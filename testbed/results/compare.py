@@ -122,7 +122,7 @@ def rows(es: list[Entry]) -> list[dict]:
             row[m] = sum(vals) / len(vals) if vals else None
             if multi:  # as a sweep's comparison: the spread and the 95 % interval of the mean
                 d = stats.describe(vals)
-                row[f"{m}_stdev"] = d.stdev if d is not None else None
+                row[f"{m}{comparison.STDEV}"] = d.stdev if d is not None else None
                 row[f"{m}{comparison.CI95}"] = d.ci95_half if d is not None else None
         row["error"] = first.get("error") or ""
         out.append(row)

@@ -43,9 +43,17 @@ OPTIONAL_METRICS = (
 
 #: comparison.csv: the suffix of a metric's 95 % confidence half-width over repetitions (mean ± it).
 CI95 = "_ci95"
+#: comparison.csv: the suffix of a metric's standard deviation over repetitions.
+STDEV = "_stdev"
+#: A metric's spread columns: read beside the metric, never drawn or tabled as metrics of their own.
+SPREAD_SUFFIXES = (STDEV, CI95)
 
 
 def is_metric(name: str) -> bool:
+    # A rate's name is open-ended (``bytes_per_s.<class>``), so its spread columns
+    # (``bytes_per_s.<class>_stdev``) would match is_rate too.
+    if name.endswith(SPREAD_SUFFIXES):
+        return False
     return name in METRICS or name in OPTIONAL_METRICS or results.is_rate(name)
 
 
@@ -139,7 +147,7 @@ def comparison_rows(res: list[VariantResult], keys: list[str] | None = None) -> 
             row[m] = mean
             if multi:
                 d = stats.describe(vals)
-                row[f"{m}_stdev"] = d.stdev if d is not None else None
+                row[f"{m}{STDEV}"] = d.stdev if d is not None else None
                 row[f"{m}{CI95}"] = d.ci95_half if d is not None else None
         bad = [b for s in r.summaries for b in s.get("jobs_not_as_planned") or ()]
         row["jobs_not_as_planned"] = len(bad)
@@ -214,7 +222,7 @@ def plot(out: Path, rows: list[dict], title: str = "") -> list[Path]:
     for m in (*METRICS, *extra):
         fig, ax = plt.subplots(figsize=(width, 4.2), dpi=100)
         vals = [num(r.get(m)) for r in rows]
-        errs = [num(r.get(f"{m}_stdev")) or 0.0 for r in rows]
+        errs = [num(r.get(f"{m}{STDEV}")) or 0.0 for r in rows]
         heights = [v if v is not None else 0.0 for v in vals]
         has_err = any(errs)
         bars = ax.bar(
@@ -287,7 +295,7 @@ def table(rows: list[dict], title: str = "comparison"):
     # Bookkeeping columns, not keys a variant overrides (not_as_planned: the exit status says it).
     fixed = {"variant", "status", "repetitions", "error", "jobs_not_as_planned", "not_as_planned"}
     fixed |= set(JOB_STATES)
-    cols = [k for k in (rows[0] if rows else {}) if not k.endswith(("_stdev", CI95))]
+    cols = [k for k in (rows[0] if rows else {}) if not k.endswith(SPREAD_SUFFIXES)]
     keys = [k for k in cols if k not in fixed and not is_metric(k)]
     metrics = [k for k in cols if is_metric(k)]
 
@@ -300,7 +308,7 @@ def table(rows: list[dict], title: str = "comparison"):
             return None
 
     def fmt(row, m, unit=""):
-        v, sd = num(row.get(m)), num(row.get(f"{m}_stdev"))
+        v, sd = num(row.get(m)), num(row.get(f"{m}{STDEV}"))
         if v is None:
             return "-"
         text = f"{v:.3f}" if abs(v) < 1000 else f"{v:,.0f}"

@@ -542,7 +542,8 @@ class _Namer:
 
 
 def _error_column(rows: list[dict], m: str) -> tuple[str, str] | None:
-    for suffix, name in ((comparison.CI95, "95 % confidence interval"), ("_stdev", "standard deviation")):
+    named = ((comparison.CI95, "95 % confidence interval"), (comparison.STDEV, "standard deviation"))
+    for suffix, name in named:
         if f"{m}{suffix}" in rows[0] and any(_num(r.get(f"{m}{suffix}")) for r in rows):
             return suffix, name + " over repetitions"
     return None

@@ -24,6 +24,8 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from testbed.cli import app
+from testbed.results import comparison
+from testbed.results import summary as results
 from tests.conftest import require
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -200,6 +202,16 @@ def test_sweep_report_in_chromium(browser, runs):
         ".map(e => parseFloat(e.dataset.value))"
     )
     assert cells == pytest.approx([float(r["mean_response_time_s"]) for r in rows])
+    # A per-class rate's spread columns (bytes_per_s.divisible_stdev, _ci95) are its error bars, not
+    # metrics with figures and table columns of their own.
+    assert any(results.is_rate(k) for k in rows[0]) and any(k.endswith(comparison.CI95) for k in rows[0])
+    ids = browser.execute_script("return Array.from(document.querySelectorAll('figure')).map(f => f.id)")
+    heads = browser.execute_script(
+        "return Array.from(document.querySelectorAll('th')).map(e => e.textContent)"
+    )
+    assert ids and heads
+    spread = [t for t in (*ids, *heads) if "stdev" in t or "ci95" in t]
+    assert not spread, spread
 
 
 def test_compare_two_folders(browser, runs, tmp_path):

@@ -304,6 +304,37 @@ def test_comparison_with_repetitions_has_mean_and_stdev():
     assert row["mean_response_time_s"] == 1.0 and row["mean_response_time_s_stdev"] is None
 
 
+def test_spread_columns_of_rates_are_not_metrics_of_their_own(tmp_path):
+    """A per-class rate's name is open-ended (``bytes_per_s.<class>``): its ``_stdev`` and ``_ci95``
+    columns are its spread, not more metrics with figures, table columns and plots of their own."""
+    from testbed.results import report
+
+    vs = _variants(reps=2)
+    res = [
+        comparison.VariantResult(
+            v,
+            [
+                {**_summary(1.0 + k, 0.5), "reject_ratio": 0.1 * k, "bytes_per_s.divisible": 100.0 + k}
+                for k in (1, 2)
+            ],
+            comparison.VariantStatus.OK,
+        )
+        for v in vs[:2]
+    ]
+    comparison.write_csv(tmp_path / "comparison.csv", comparison.comparison_rows(res))
+    rows = comparison.read_csv(tmp_path / "comparison.csv")  # as the report reads it
+    assert "bytes_per_s.divisible_stdev" in rows[0] and "bytes_per_s.divisible" + comparison.CI95 in rows[0]
+    metrics = [k for k in rows[0] if comparison.is_metric(k)]
+    assert "bytes_per_s.divisible" in metrics and "reject_ratio" in metrics
+    assert not [m for m in metrics if m.endswith(comparison.SPREAD_SUFFIXES)], metrics
+    ids = [fid for _, _, fid in report.sweep_figures(rows, report.sweep_axes(rows), report._Namer(tmp_path))]
+    assert "fig-bytes_per_s.divisible" in ids
+    assert not [i for i in ids if "stdev" in i or "ci95" in i], ids
+    names = [p.name for p in comparison.plot(tmp_path / "plots", rows)]
+    assert "bytes_per_s.divisible.png" in names
+    assert not [n for n in names if "stdev" in n or "ci95" in n], names
+
+
 def test_runner_records_a_failing_variant_and_goes_on(tmp_path, monkeypatch):
     calls = []
 
