@@ -618,7 +618,8 @@ def watch(
     if run_dir is None:
         run_dir, with_targets = w.newest_live_run()
         if run_dir is None:
-            finished = f" ({with_targets} finished runs there have exporters)" if with_targets else ""
+            plural = "s" if with_targets > 1 else ""
+            finished = f" ({with_targets} finished run{plural} there with exporters)" if with_targets else ""
             _fail(
                 f"no run is live under results/{finished}: start one on real processes (`testbed run "
                 "SCENARIO`, monitoring is on by default), or give a live run's results folder",
