@@ -99,7 +99,13 @@ class Mpi(ProgramKind):
     @classmethod
     def problems(cls, cfg: MpiConfig, nodes: int, cpu_rate: float) -> list[tuple[str, str]]:
         p = Path(cfg.program)
-        if not p.is_file():
+        try:
+            found = p.is_file()
+        except OSError as exc:
+            # A path the OS cannot look up (longer than it allows): one line, not a traceback.
+            why = (exc.strerror or str(exc)).lower()
+            return [("program", f"the system refuses the path: {why}; give the path of your mpi4py program")]
+        if not found:
             return [("program", f"no file {p}; give the path of your mpi4py program (.py)")]
         return []
 

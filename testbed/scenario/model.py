@@ -694,8 +694,9 @@ class Scenario(_Model):
 
     @model_validator(mode="after")
     def _sizes(self):
-        # A job larger than the cluster is not an input error: the scheduler rejects it with a reason,
-        # as a real cluster would. Generator bounds above the cluster are a mistake in the file, though.
+        # What a program kind finds wrong names the kind's own field and fix (a vision job's stages), so
+        # it comes before the generic check that a job is wider than the cluster.
+        self._check_apps()
         self._check_oversize()
         if self.workload.seed + self.repetitions - 1 > MAX_SEED:
             raise ValueError(
@@ -708,7 +709,6 @@ class Scenario(_Model):
                 f"workload.generator.size.max ({g.size.max}) is above cluster.nodes ({self.cluster.nodes}); "
                 "lower it or add nodes"
             )
-        self._check_apps()
         if self.cluster.ray_address is not None and self.clock.tdf == "auto":
             # "auto" divides the emulated CPUs by this host's cores, which do not run the nodes then.
             raise ValueError(
@@ -1040,10 +1040,25 @@ def _resolve_trace(doc: dict, base: Path) -> None:
     trace = (doc.get("workload") or {}).get("trace") if isinstance(doc.get("workload"), dict) else None
     if not isinstance(trace, dict) or not isinstance(trace.get("path"), str):
         return
-    full = (base / trace["path"]).resolve()
-    if not full.is_file():
+    try:
+        full = (base / trace["path"]).resolve()
+        found = full.is_file()
+    except (OSError, ValueError) as exc:
+        # A path the OS cannot even look up: longer than it allows (ENAMETOOLONG), or a NUL byte in it.
+        raise ScenarioError(
+            f"workload.trace.path: {_unusable_path(exc)} ({len(trace['path'])} characters); give the path of "
+            "an SWF trace (.swf or .swf.gz)"
+        ) from None
+    if not found:
         raise ScenarioError(f"workload.trace.path: no file {full}; give an SWF trace (.swf or .swf.gz)")
     trace["path"] = str(full)
+
+
+def _unusable_path(exc: OSError | ValueError) -> str:
+    """Why the OS refused to look up a path, in a few words (the error's own text repeats the path)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"the system refuses it: {exc.strerror.lower()}"
+    return f"the system refuses it: {exc}"
 
 
 def _resolve_programs(doc: dict, base: Path) -> None:
@@ -1060,7 +1075,10 @@ def _resolve_programs(doc: dict, base: Path) -> None:
         apps.append(gen.get("app"))
     for app in apps:
         if isinstance(app, dict) and isinstance(app.get("program"), str):
-            app["program"] = str((base / app["program"]).resolve())
+            try:
+                app["program"] = str((base / app["program"]).resolve())
+            except ValueError:
+                pass  # a NUL byte in it: the kind finds no such file and says so, naming the field
 
 
 def effective_tdf(scn: Scenario, cores: int | None = None) -> float:

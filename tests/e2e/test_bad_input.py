@@ -142,6 +142,12 @@ def _cases(tmp: Path) -> list[tuple[str, Path, list[str], str]]:
             "workload.jobs.0.size: 1, but its vision program has 2 processes; set size: 2",
         ),
         ("bad-set", tiny, ["--set", "cluster.nodes"], "--set 'cluster.nodes': expected KEY=VALUE"),
+        (
+            "trace-path-too-long",
+            tiny,
+            ["--set", "workload.trace.path=" + "t" * 300 + ".swf"],  # one name over the OS's 255 bytes
+            "workload.trace.path: the system refuses it: file name too long (304 characters); give the path",
+        ),
         ("unknown-backend", tiny, ["--backend", "k8s"], "--backend: unknown backend 'k8s'"),
         ("out-is-a-file", tiny, ["--out", str(a_file)], f"--out {a_file}: is a file, not a folder"),
         ("out-below-a-file", tiny, ["--out", str(a_file / "x")], "is a file, so nothing can be created"),

@@ -275,3 +275,17 @@ def test_every_accepted_value_runs_to_its_end_in_the_simulator(tmp_path):
                 assert str(exc).startswith(wall_limit_reached(3.0)), (path, value, str(exc))
             ran += 1
     assert ran > 50
+
+
+@pytest.mark.parametrize("path", ["t" * 300 + ".swf", "/tr" * 3000, "a\x00b.swf"])
+def test_a_path_the_os_cannot_look_up_is_one_line_naming_the_field(path):
+    # Longer than the OS allows (a name over 255 bytes, a path over 4096) or with a NUL in it: an OSError
+    # or ValueError traceback and exit 1 before.
+    doc = {"name": "p", "workload": {"trace": {"path": path}}}
+    with pytest.raises(ScenarioError, match=r"^workload\.trace\.path: the system refuses it: ") as exc:
+        load(doc=doc)
+    assert "\n" not in str(exc.value) and len(str(exc.value)) < 200
+    doc = {"name": "p", "workload": {"jobs": [{"size": 1, "app": {"kind": "mpi", "program": path}}]}}
+    with pytest.raises(ScenarioError, match=r"workload\.jobs\.0\.app\.program: ") as exc:
+        load(doc=doc)
+    assert "\n" not in str(exc.value)
