@@ -283,6 +283,16 @@ def _value_scale(ax, key: str, values: list[float]) -> units.Scale:
     return scale
 
 
+def _yerr(metric: str, values: list[float | None], errs: list[float | None], scale: units.Scale) -> list:
+    """matplotlib's ``yerr`` (a row of reaches below, a row above) in the axis's unit; a fraction's bars
+    end at 0 and 100 % (units.error_span). A missing value or error is a bar of 0."""
+    spans = [
+        units.error_span(metric, v, e) if v is not None and e else (0.0, 0.0)
+        for v, e in zip(values, errs, strict=True)
+    ]
+    return [[lo / scale.factor for lo, _ in spans], [hi / scale.factor for _, hi in spans]]
+
+
 def _value_limits(ax, values: list[float], scale: units.Scale) -> None:
     """After plotting: the value axis from 0 (or below, for negative values); an all-zero metric gets a
     plain 0..1 axis and says so, not matplotlib's -0.06..0.06."""
@@ -309,7 +319,9 @@ def lines(metric: str, x_label: str, series: list[Line], error_name: str, legend
             ax.errorbar(
                 [p[0] for p in pts],
                 [p[1] / scale.factor for p in pts],
-                yerr=[(p[2] or 0.0) / scale.factor for p in pts] if any(p[2] for p in pts) else None,
+                yerr=_yerr(metric, [p[1] for p in pts], [p[2] for p in pts], scale)
+                if any(p[2] for p in pts)
+                else None,
                 label=s.label,
                 marker=MARKERS[i % len(MARKERS)],
                 ls=DASHES[(i // len(MARKERS)) % len(DASHES)],
@@ -342,7 +354,7 @@ def bars(
             ax.errorbar(
                 [x[i] for i in with_err],
                 [heights[i] for i in with_err],
-                yerr=[errs[i] / scale.factor for i in with_err],
+                yerr=_yerr(metric, [values[i] for i in with_err], [errs[i] for i in with_err], scale),
                 fmt="none",
                 ecolor="black",
                 elinewidth=0.8,
@@ -380,7 +392,7 @@ def grouped_bars(
         scale = _value_scale(ax, metric, values)
         for i, s in enumerate(series):
             xs = [x - 0.4 + width * (i + 0.5) for x in s.xs]
-            errs = [(e or 0.0) / scale.factor for e in s.errs] if any(s.errs) else None
+            errs = _yerr(metric, s.ys, s.errs, scale) if any(s.errs) else None
             ax.bar(
                 xs,
                 [(y or 0.0) / scale.factor for y in s.ys],

@@ -22,15 +22,17 @@ class Kind(StrEnum):
     COUNT = "count"
 
 
-#: Metrics that are fractions of a whole, shown in %.
-_SHARES = (
+#: Metrics that lie in [0, 1] by definition: the share of the CPU used, of quanta paired, of jobs
+#: rejected or late.
+_FRACTIONS = (
     "utilization",
     "quanta_paired_fraction",
     "reject_ratio",
     "deadline_miss_ratio",
     "rt_rejected_ratio",
-    "cpu_rate_error_max",
 )
+#: Metrics shown in %: the fractions, and the CPU-rate error (relative, so it may pass 100 %).
+_SHARES = (*_FRACTIONS, "cpu_rate_error_max")
 
 
 def kind_of(key: str) -> Kind:
@@ -46,6 +48,15 @@ def kind_of(key: str) -> Kind:
     if base.endswith(("_s", "_ms")) or "_s_" in base or "_ms_" in base:
         return Kind.TIME
     return Kind.RATIO
+
+
+def error_span(key: str, value: float, err: float) -> tuple[float, float]:
+    """An error bar's reach (below, above) ``value``: ``err`` each way, cut at the metric's range where it
+    has one (a fraction's 95 % interval from 2 repetitions can reach 230 %, and a reject ratio never
+    will)."""
+    if key.split(".", 1)[0] not in _FRACTIONS:
+        return err, err
+    return max(0.0, value - max(0.0, value - err)), max(0.0, min(1.0, value + err) - value)
 
 
 @dataclass(frozen=True)

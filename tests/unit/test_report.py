@@ -5,9 +5,10 @@ and readable labels (tests/e2e/test_report.py opens whole pages in Chromium)."""
 from __future__ import annotations
 
 import pytest
+from matplotlib.container import ErrorbarContainer
 
 from testbed.core import events as ev
-from testbed.results import report, timeline, units
+from testbed.results import plots, report, timeline, units
 from testbed.results.timeline import Cell, Segment
 
 
@@ -192,3 +193,71 @@ def test_a_folder_the_report_cannot_read_is_named_with_its_fix(tmp_path):
         report.page(run)
     with pytest.raises(report.ReportError, match="no such folder"):
         report.page(tmp_path / "nowhere")
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The axes of every figure plots.py draws, kept as it turns them into SVG."""
+    kept, to_svg = [], plots.svg
+
+    def keep(fig):
+        kept.append(fig.axes[0])
+        return to_svg(fig)
+
+    monkeypatch.setattr(plots, "svg", keep)
+    return kept
+
+
+def _sweep_figures(metric: str, ys: list[float], errs: list[float | None]) -> list[str]:
+    """The metric as the report draws a sweep: a line against a numeric axis, a bar per variant, bars
+    grouped by mix."""
+    return [
+        plots.lines(metric, "load", [plots.Line("mcdf", [0.25, 1.0], ys, errs)], "95 % CI", "scheduler"),
+        plots.bars(metric, ["a", "b"], ys, errs, "95 % CI"),
+        plots.grouped_bars(
+            metric, ["9:1", "1:9"], "mix", [plots.Line("mcdf", [0, 1], ys, errs)], "95 % CI", ""
+        ),
+    ]
+
+
+def _tick_labels(ax) -> list[str]:
+    return [t.get_text() for t in ax.get_yticklabels()]
+
+
+@pytest.mark.parametrize("metric", ["reject_ratio", "energy_j", "mean_response_time_s"])
+def test_an_all_zero_metric_reads_as_zero(drawn, metric):
+    """Not matplotlib's -0.06..0.06 around a flat line: an axis from 0, saying every value is 0."""
+    svgs = _sweep_figures(metric, [0.0, 0.0], [None, None])
+    assert len(drawn) == 3
+    for ax, svg in zip(drawn, svgs, strict=True):
+        assert ax.get_ylim() == (0.0, 1.0)
+        assert _tick_labels(ax)[0] in ("0", "0.0") and not any("\u2212" in t for t in _tick_labels(ax))
+        assert "all values 0" in svg
+
+
+def _bar_ends(ax) -> list[float]:
+    """Where every error bar ends, in the axis's unit (the vertical segments matplotlib draws)."""
+    ends = []
+    for c in ax.containers:
+        errorbar = c if isinstance(c, ErrorbarContainer) else getattr(c, "errorbar", None)
+        if errorbar is None:
+            continue
+        for coll in errorbar.lines[2]:
+            ends += [y for seg in coll.get_segments() for _, y in seg]
+    return ends
+
+
+def test_error_bars_of_a_fraction_stay_between_0_and_100_percent(drawn):
+    # Two repetitions: a 95 % half-width of 12.7 x the stdev runs far past a ratio's range.
+    _sweep_figures("reject_ratio", [0.05, 0.9], [0.2, 0.4])
+    for ax in drawn:
+        ends = _bar_ends(ax)
+        assert ends and min(ends) == pytest.approx(0.0) and max(ends) == pytest.approx(100.0)
+        assert pytest.approx(25.0) in ends  # 5 % + 20 % above; below, cut at 0
+        assert ax.get_ylim()[1] <= 110.0, ax.get_ylim()
+    assert units.error_span("reject_ratio.rt", 0.9, 0.4) == pytest.approx((0.4, 0.1))
+    # A time has no upper bound: its bars reach as far as the interval does.
+    drawn.clear()
+    _sweep_figures("mean_response_time_s", [5.0, 90.0], [20.0, 40.0])
+    for ax in drawn:
+        assert max(_bar_ends(ax)) == pytest.approx(130.0) and min(_bar_ends(ax)) == pytest.approx(-15.0)
