@@ -82,6 +82,9 @@ def preflight(scn: Scenario, backend: str, out: Path | None = None, force: bool 
         _check_repetitions(s, backend, where)
         notes += [f"{where}{n}" for n in trace_notes(s) if f"{where}{n}" not in notes]
     if backend == "ray":
+        joined = next((where for where, s in runs if s.cluster.ray_address is not None), None)
+        if joined is not None and (problem := ray_auth.joined_cluster_problem()):
+            raise PreflightError(f"{joined}{problem}")
         for (where, _), jobs in zip(runs, built, strict=True):
             _check_messages(jobs, where)
         usable: dict[str, str | None] = probe_envelopes()

@@ -169,6 +169,11 @@ def rayjob(name: str, scn: dict, image: str, head_node: bool = False) -> dict:
             "ttlSecondsAfterFinished": 3600,
             "rayClusterSpec": {
                 "rayVersion": RAY_VERSION,
+                # Ray's servers take RPCs (code to run) from anyone who reaches them unless the cluster uses
+                # token authentication; KubeRay (1.5.1 and later) then makes a Secret with a random token
+                # and gives every Ray container RAY_AUTH_MODE and RAY_AUTH_TOKEN, which the entrypoint's
+                # run checks before joining (testbed/emulator/ray_auth.py).
+                "authOptions": {"mode": "token"},
                 "headGroupSpec": {
                     "serviceType": "ClusterIP",
                     "rayStartParams": {"num-cpus": "0", "dashboard-host": "127.0.0.1"},

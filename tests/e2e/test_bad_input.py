@@ -177,6 +177,19 @@ def test_every_bad_input_gives_one_line_exit_2_and_writes_nothing(tmp_path, comm
     print("\n".join(f"{command} {n}: {ln}" for n, ln in seen))  # the list for the closing note
 
 
+def test_validate_refuses_to_join_a_ray_cluster_without_token_authentication(tmp_path):
+    tiny = write(tmp_path / "tiny.yaml", TINY)
+    joined = [str(tiny), "--set", "cluster.ray_address=127.0.0.1:6379", "--set", "clock.tdf=1"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    line = one_line(cli(["validate", *joined], cwd=tmp_path, env=env))
+    assert line.startswith("cluster.ray_address: a joined Ray cluster must use token authentication, but "
+                           "RAY_AUTH_MODE is not set here; start every node of the cluster and this run with "
+                           "RAY_AUTH_MODE=token"), line  # fmt: skip
+    p = cli(["validate", *joined], cwd=tmp_path, env={**env, "RAY_AUTH_MODE": "token"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    _nothing_written(tmp_path)
+
+
 def test_the_quota_error_at_the_automatic_tdf_names_the_period_or_the_way_out(tmp_path):
     tiny = write(tmp_path / "tiny.yaml", TINY)
     line = one_line(cli(["validate", str(tiny), "--set", "cluster.nodes=200"], cwd=tmp_path))

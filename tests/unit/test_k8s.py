@@ -182,3 +182,17 @@ def test_the_ray_dashboard_stays_on_the_head_pods_loopback():
     (c,) = head["template"]["spec"]["containers"]
     assert 8265 not in {p["containerPort"] for p in c["ports"]}
     assert head["template"]["spec"]["restartPolicy"] == "Never"  # SidecarMode's head must not restart
+
+
+def test_the_rayjobs_cluster_uses_token_authentication():
+    # KubeRay then gives every Ray container RAY_AUTH_MODE=token and the cluster's token: without it the
+    # entrypoint's run refuses to join (cluster.ray_address), and Ray's servers take anyone's code.
+    for path in SCENARIOS:
+        (job,) = [o for o in k8s.objects(k8s.render(path)) if o["kind"] == "RayJob"]
+        assert job["spec"]["rayClusterSpec"]["authOptions"] == {"mode": "token"}, path.name
+    bad = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "x"}}
+    bad["spec"] = {
+        "headGroupSpec": job["spec"]["rayClusterSpec"]["headGroupSpec"],
+        "authOptions": {"mode": "on"},
+    }
+    assert crd_errors(bad)  # the schema knows the field's values

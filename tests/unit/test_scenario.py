@@ -104,6 +104,25 @@ def test_a_joined_ray_cluster_needs_an_address_of_its_kind_and_a_fixed_tdf():
         assert "cluster.ray_address" in msg and "HOST:PORT" in msg, bad
 
 
+def test_joining_a_ray_cluster_needs_token_authentication_in_the_environment(monkeypatch, tmp_path):
+    from testbed import runner
+    from testbed.core.backend import PreflightError
+
+    joined = load(doc={**MINI, "cluster": {"ray_address": "10.0.0.5:6379"}, "clock": {"tdf": 1}})
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    fix = "start every node of the cluster and this run with RAY_AUTH_MODE=token"
+    with pytest.raises(
+        PreflightError, match=rf"^cluster.ray_address: .*RAY_AUTH_MODE is not set here; {fix}"
+    ):
+        runner.preflight(joined, "ray", tmp_path / "out")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    with pytest.raises(PreflightError, match="RAY_AUTH_MODE is 'disabled' here"):
+        runner.preflight(joined, "ray", tmp_path / "out")
+    runner.preflight(joined, "sim", tmp_path / "out")  # the simulator joins nothing
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    runner.preflight(joined, "ray", tmp_path / "out")
+
+
 def test_a_monotonic_reading_crosses_hosts_through_the_wall_clock():
     import time
 
