@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import sys
 import traceback
@@ -252,7 +253,10 @@ def _report_sweep(scn, backend: str, dest: Path, rows: list[dict]) -> None:
 
     title = f"{scn.name}: sweep of {len(rows)} variants, {backend}"
     _print_table(comparison.table(rows, title=title))
-    out.print(f"comparison: {dest / 'comparison.csv'}; plots: {dest / 'plots'}")
+    # The report's page has the paper-style figures (a line per group, error bars, units); plots/*.png
+    # are one-colour bars per variant. Whole on one line, so the command can be copied.
+    figures = f"testbed report {shlex.quote(str(dest))}"
+    out.print(f"comparison: {dest / 'comparison.csv'}; figures: {figures}", highlight=False, soft_wrap=True)
     out.print(f"results: {dest}")
     bad = [
         f"variant {r['variant']}: " + (r["error"] or r["not_as_planned"])

@@ -54,6 +54,8 @@ def test_three_variant_sweep_in_the_simulator(tmp_path):
     # The comparison printed, and the base gang quantum dropped for hybrid said so.
     assert "sweep of 3 variants" in p.stdout and "gang-q50" in p.stdout and "response time" in p.stdout
     assert "quantum_ms dropped" in p.stderr
+    # The closing line names the page with the paper-style figures, whole, as a command to copy.
+    assert f"comparison: {out / 'comparison.csv'}; figures: testbed report {out}" in p.stdout.splitlines()
 
     with open(out / "comparison.csv") as fh:
         rows = list(csv.DictReader(fh))

@@ -335,6 +335,21 @@ def test_spread_columns_of_rates_are_not_metrics_of_their_own(tmp_path):
     assert not [n for n in names if "stdev" in n or "ci95" in n], names
 
 
+def test_a_sweeps_closing_line_names_its_report(tmp_path, capsys):
+    """`testbed run` of a sweep points to the page with the paper-style figures (`testbed report DIR`, a
+    command to copy, whole on one line), not to the one-colour plots/*.png."""
+    from testbed import cli
+
+    vs = _variants()
+    res = [comparison.VariantResult(v, [_summary(1.0, 0.5)], comparison.VariantStatus.OK) for v in vs]
+    dest = tmp_path / ("a long folder name " * 4) / "my sweep"
+    cli._report_sweep(vs[0].scenario, "sim", dest, comparison.comparison_rows(res))
+    lines = capsys.readouterr().out.splitlines()
+    want = f"comparison: {dest / 'comparison.csv'}; figures: testbed report '{dest}'"
+    assert want in lines, lines
+    assert not [ln for ln in lines if "plots" in ln], lines
+
+
 def test_runner_records_a_failing_variant_and_goes_on(tmp_path, monkeypatch):
     calls = []
 
