@@ -68,6 +68,9 @@ ProfileName = Literal["cpu", "xwin"]
 
 #: The duty cycle's period, emulated ms (one compute burst and one think time per period).
 PERIOD_MS = 100.0
+#: The longest session, emulated s (about 116 days): far beyond any run, and short enough that its
+#: cycles (100 per emulated s by default) stay countable.
+MAX_SESSION_S = 1e7
 #: Cycles between two reports of the session's running totals (1 emulated s at the default period).
 REPORT_EVERY = 10
 
@@ -78,7 +81,9 @@ class LocalUserConfig(AppConfig):
 
     kind: Literal["localuser"] = "localuser"
     profile: ProfileName = Field("cpu", description="cpu (65 % CPU, 35 MB) or xwin (20 % CPU, 84 MB, 3 KB/s)")
-    session_s: float = Field(60.0, gt=0, le=1e7, description="the session's length alone, emulated seconds")
+    session_s: float = Field(
+        60.0, gt=0, le=MAX_SESSION_S, description="the session's length alone, emulated seconds"
+    )
     node: int | None = Field(None, ge=0, description="the owner's node, where the session runs (required)")
     cpu_fraction: float | None = Field(
         None, gt=0, le=1, description="fraction of each period spent computing; null: the profile's"

@@ -19,11 +19,16 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from testbed.apps.localuser import MAX_SESSION_S
+
 #: The paper's session lengths: two-stage hyper-exponential means (s) and weights.
 PAPER_MEANS_S = (600.0, 3600.0)
 PAPER_WEIGHTS = (0.6, 0.4)
 #: The default time scale of session lengths (and gaps are the scenario's own, unscaled).
 SESSION_SCALE = 0.01
+#: The longest mean session (scale x a stage's mean), emulated s: a session is at most the localuser
+#: kind's MAX_SESSION_S, and an exponential draw 100 means long happens with probability e^-100.
+MAX_MEAN_SESSION_S = MAX_SESSION_S / 100
 #: The seed stream of local users' draws, apart from the generator's.
 LOCAL_STREAM = 4004
 
@@ -51,6 +56,13 @@ class SessionLengths(_Model):
             raise ValueError(f"means_s: {list(self.means_s)}: every mean must be above 0")
         if any(w <= 0 for w in self.weights):
             raise ValueError(f"weights: {list(self.weights)}: every weight must be above 0")
+        longest = self.scale * max(self.means_s)  # inf where the product overflows: refused too
+        if longest > MAX_MEAN_SESSION_S:
+            raise ValueError(
+                f"scale ({self.scale:g}) x the longest of means_s ({max(self.means_s):g}) is a mean session "
+                f"of {longest:.3g} emulated s, above the {MAX_MEAN_SESSION_S:g} s allowed (a session lasts "
+                f"at most {MAX_SESSION_S:g} s); lower scale or means_s"
+            )
         return self
 
     def mean(self) -> float:
@@ -62,7 +74,9 @@ class SessionLengths(_Model):
         return self.scale**2 * float(np.dot(self._p(), 2.0 * np.square(self.means_s)))
 
     def _p(self) -> np.ndarray:
+        # Scaled to the largest first: weights near the float maximum would sum to infinity.
         w = np.asarray(self.weights, dtype=float)
+        w = w / w.max()
         return w / w.sum()
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:

@@ -141,6 +141,28 @@ def test_bad_local_users_are_refused_with_one_line_naming_the_field(users, jobs,
     assert expect in str(ei.value)
 
 
+@pytest.mark.parametrize(
+    "session",
+    [{"means_s": [1e300], "weights": [1.0]}, {"scale": 1e300}, {"means_s": [1e200, 1e200], "scale": 1e200}],
+)
+def test_session_lengths_beyond_the_longest_session_are_refused_as_one_line(session, tmp_path):
+    # Before, validate built the jobs and a drawn length of 1e298 s hit LocalUserConfig's session_s bound:
+    # a pydantic traceback, exit 1.
+    from testbed import runner
+    from testbed.scenario.localusers import MAX_MEAN_SESSION_S
+
+    with pytest.raises(ScenarioError) as ei:
+        _scn([{"nodes": [0], "session": session}], (PARALLEL,))
+    assert len(ei.value.problems) == 1 and "\n" not in str(ei.value), str(ei.value)
+    assert "workload.local_users.0.session: scale (" in str(ei.value)
+    assert "; lower scale or means_s" in str(ei.value)
+    # The bound itself is accepted, and the jobs build; weights near the float maximum too.
+    ok = {"means_s": [MAX_MEAN_SESSION_S], "weights": [1e308], "scale": 1.0}
+    runner.preflight(_scn([{"nodes": [0], "count": 20, "session": ok}], (PARALLEL,)), "sim", tmp_path / "o")
+    two = {"weights": [1e308, 1e308]}
+    assert len(workload.build(_scn([{"nodes": [0], "count": 20, "session": two}], (PARALLEL,)))) == 21
+
+
 def test_validate_refuses_a_local_user_on_no_node_with_one_line_and_exit_2(tmp_path):
     f = tmp_path / "bad.yaml"
     doc = {"cluster": {"nodes": 2}, "workload": {"local_users": [{"nodes": [2]}]}}
