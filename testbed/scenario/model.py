@@ -65,6 +65,9 @@ class ScenarioError(ValueError):
 MIN_CPU_RATE = 0.001
 #: Seeds numpy's generators take (a negative one is refused, a huge one overflows a 64-bit draw).
 MAX_SEED = 2**63 - 1
+#: A node's power, idle or its busy slope, at most, watts: a megawatt is 25 full 40 kW racks, so anything
+#: above is a unit mistake; it also keeps E = (B + X u) N T finite (a node of 1e307 W wrote "Infinity").
+MAX_NODE_WATTS = 1e6
 #: The longest name a scenario, job or variant may have: each names a folder or a file.
 MAX_NAME = 100
 _SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
@@ -105,10 +108,13 @@ class PowerModel(_Model):
     ``busy_watts`` is X, the slope: the watts a fully busy node draws *above* B (so a busy node draws
     B + X, 238.07 W with the paper's figures), not a busy node's total."""
 
-    idle_watts: float = Field(219.10, ge=0, description="B: a node's power when idle, watts")
+    idle_watts: float = Field(
+        219.10, ge=0, le=MAX_NODE_WATTS, description="B: a node's power when idle, watts"
+    )
     busy_watts: float = Field(
         18.968,
         ge=0,
+        le=MAX_NODE_WATTS,
         description="X: the slope of P = B + X*u, the watts above idle_watts at full utilisation u = 1 "
         "(not a busy node's total power)",
     )

@@ -289,3 +289,28 @@ def test_a_path_the_os_cannot_look_up_is_one_line_naming_the_field(path):
     with pytest.raises(ScenarioError, match=r"workload\.jobs\.0\.app\.program: ") as exc:
         load(doc=doc)
     assert "\n" not in str(exc.value)
+
+
+def test_power_is_capped_so_the_energy_stays_finite(tmp_path):
+    # A node of 1e307 W on 64 nodes wrote "energy_j": Infinity into summary.json (not JSON), exit 0.
+    import json
+
+    from testbed import runner
+    from testbed.scenario.model import MAX_NODE_WATTS
+
+    doc = {
+        "name": "w",
+        "cluster": {"nodes": 64},
+        "workload": {"jobs": [{"size": 64, "app": {"iterations": 2}}]},
+    }
+    for field in ("idle_watts", "busy_watts"):
+        with pytest.raises(ScenarioError, match=rf"^invalid scenario: cluster\.power\.{field}: .*1000000"):
+            load(doc={**doc, "cluster": {"nodes": 64, "power": {field: 1e307}}})
+    top = {"idle_watts": MAX_NODE_WATTS, "busy_watts": MAX_NODE_WATTS}
+    runner.run_once(load(doc={**doc, "cluster": {"nodes": 64, "power": top}}), "sim", tmp_path / "out")
+
+    def refuse(name):
+        raise AssertionError(f"summary.json holds {name}, which is not JSON")
+
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text(), parse_constant=refuse)
+    assert 0 < summary["energy_j"] < 1e300
