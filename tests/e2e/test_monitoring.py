@@ -36,6 +36,8 @@ SCENARIO = {
     "duration_s": 6.0,
     "workload": {
         "seed": 1,
+        # "too-big" is there to be rejected (the rejections metric): ask for that, not a refusal.
+        "oversize": "reject",
         "jobs": [
             {"id": "a", "size": NODES, "app": {"iterations": 200, "gcomp": 50}},
             {"id": "b", "size": NODES // 2, "app": {"iterations": 200, "gcomp": 50}},
