@@ -32,12 +32,14 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from testbed.apps.environ import APP
 from testbed.apps.reports import DEADLINES_MET, DEADLINES_MISSED
 from testbed.apps.wire import SEND_WAITS as SEND_WAITS  # the wait modes: defined there, used here
 from testbed.apps.wire import WAIT_MODES as WAIT_MODES
 from testbed.apps.work import WORK_UNIT_S as WORK_UNIT_S  # the work unit: defined there (the worker's side)
+
+from testbed.core.inputs import InputModel
 
 if TYPE_CHECKING:
     from testbed.apps.worker import WorkerContext
@@ -46,10 +48,9 @@ if TYPE_CHECKING:
 WaitMode = Literal[WAIT_MODES]  # type: ignore[valid-type]
 
 
-class AppConfig(BaseModel):
-    """Base of every kind's config model: frozen, unknown fields refused (errors name the field)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+class AppConfig(InputModel):
+    """Base of every kind's config model: frozen, unknown fields, non-finite numbers and booleans for
+    numbers refused (testbed/core/inputs.py); errors name the field."""
 
     kind: str
 

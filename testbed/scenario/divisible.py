@@ -17,16 +17,17 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from testbed.apps.divisible import DivisibleConfig
+from testbed.core.inputs import InputModel
 from testbed.core.jobs import Job
 from testbed.schedulers.base import JobSpec
 from testbed.schedulers.divisible import Load, cost_ratio_problem, exec_time, fastest
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+class _Model(InputModel):
+    """testbed/core/inputs.py says what every input model refuses."""
 
 
 class TaskCount(_Model):

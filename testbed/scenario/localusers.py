@@ -17,9 +17,10 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from testbed.apps.localuser import MAX_SESSION_S
+from testbed.core.inputs import InputModel
 
 #: The paper's session lengths: two-stage hyper-exponential means (s) and weights.
 PAPER_MEANS_S = (600.0, 3600.0)
@@ -33,8 +34,8 @@ MAX_MEAN_SESSION_S = MAX_SESSION_S / 100
 LOCAL_STREAM = 4004
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+class _Model(InputModel):
+    """testbed/core/inputs.py says what every input model refuses."""
 
 
 class SessionLengths(_Model):

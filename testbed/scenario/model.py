@@ -18,7 +18,6 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
@@ -29,6 +28,7 @@ from pydantic import (
 
 from testbed.apps import registry as kinds
 from testbed.core.clock import auto_tdf
+from testbed.core.inputs import InputModel
 from testbed.core.kinds import ENVELOPE_KINDS, Fault, FaultKind, OnNodeDown
 from testbed.scenario.divisible import DivisibleTasks
 from testbed.scenario.localusers import LocalUsers
@@ -99,8 +99,8 @@ def _bounded_name(v: str) -> str:
 BoundedName = Annotated[str, AfterValidator(_bounded_name)]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+class _Model(InputModel):
+    """The scenario's sections: testbed/core/inputs.py says what every input model refuses."""
 
 
 class PowerModel(_Model):

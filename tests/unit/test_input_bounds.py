@@ -72,8 +72,9 @@ def test_every_numeric_field_refuses_what_it_cannot_take_as_one_line():
                 assert "\n" not in str(exc), (path, value, str(exc))
                 refused += 1
                 continue
-            # Accepted: then it was a finite number in range (nothing infinite or NaN gets through).
-            assert isinstance(value, int | float) and math.isfinite(value), (path, value)
+            # Accepted: then it was a finite number in range (nothing infinite or NaN, no boolean).
+            assert isinstance(value, int | float) and not isinstance(value, bool), (path, value)
+            assert math.isfinite(value), (path, value)
             accepted += 1
     assert refused > accepted > 0
 
@@ -314,3 +315,38 @@ def test_power_is_capped_so_the_energy_stays_finite(tmp_path):
 
     summary = json.loads((tmp_path / "out" / "summary.json").read_text(), parse_constant=refuse)
     assert 0 < summary["energy_j"] < 1e300
+
+
+def test_a_boolean_is_not_taken_for_a_number_in_any_model():
+    # Pydantic's lax mode took true as 1: `nodes: true` was a cluster of one node, exit 0. Each kind of
+    # model (a section, a program kind's config, local users, divisible tasks, a list of numbers) is tried.
+    cases = {
+        "cluster.nodes": ("cluster", "nodes"),
+        "workload.seed": ("workload", "seed"),
+        "repetitions": ("repetitions",),
+        "cluster.cpu_rate": ("cluster", "cpu_rate"),
+        "cluster.power.idle_watts": ("cluster", "power", "idle_watts"),
+        "workload.jobs.0.size": ("workload", "jobs", "0", "size"),
+        "workload.jobs.0.app.iterations": ("workload", "jobs", "0", "app", "iterations"),
+        "workload.jobs.1.app.work_units": ("workload", "jobs", "1", "app", "work_units"),
+        "workload.divisible.arrivals": ("workload", "divisible", "arrivals"),
+        "workload.generator.size.max": ("workload", "generator", "size", "max"),
+        "clock.tdf": ("clock", "tdf"),
+    }
+    for name, path in cases.items():
+        for value in [True, False] + ([[True, 5]] if name.endswith("work_units") else []):
+            doc = copy.deepcopy(BASE)
+            apply_override(doc, list(path), value)
+            with pytest.raises(ScenarioError) as exc:
+                load(doc=doc)
+            assert str(exc.value).startswith(f"invalid scenario: {name}: a boolean (true or false) is not a "
+                                             "number; give a number"), str(exc.value)  # fmt: skip
+    doc = copy.deepcopy(BASE)
+    doc["workload"]["local_users"] = [{"nodes": [0], "session": {"means_s": [True, 1.0]}}]
+    with pytest.raises(ScenarioError, match=r"workload\.local_users\.0\.session\.means_s: a boolean"):
+        load(doc=doc)
+    doc["workload"]["local_users"] = [{"nodes": [True]}]
+    with pytest.raises(ScenarioError, match=r"workload\.local_users\.0\.nodes: a boolean"):
+        load(doc=doc)
+    # A field that takes a boolean still does.
+    assert load(doc={**BASE, "monitoring": {"enabled": False}}).monitoring.enabled is False

@@ -1,0 +1,49 @@
+"""The base of every model a scenario's text is read into: the scenario's sections
+(testbed/scenario/model.py), its local users and divisible tasks, and each program kind's config
+(apps/base.py ``AppConfig``). Scheduler parameters have their own, strict, base (schedulers/params.py).
+
+One definition, so that every such model refuses the same things: unknown fields, non-finite numbers, and
+a boolean given for a number. Pydantic's lax mode takes ``true`` as 1 (``nodes: true`` was a cluster of one
+node), but a boolean where a number belongs is a mistake in the file.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Annotated, Any, Union, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+
+
+class InputModel(BaseModel):
+    """Frozen, unknown fields refused, numbers finite, and no boolean for a number."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_for_a_number(cls, v: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name) if info.field_name else None
+        if field is not None and _boolean_for_number(field.annotation, v):
+            raise ValueError("a boolean (true or false) is not a number; give a number")
+        return v
+
+
+def _boolean_for_number(tp: Any, v: Any) -> bool:
+    """True when ``v`` is, or a list of numbers ``v`` holds, a boolean where type ``tp`` wants a number
+    (an int or a float) and no boolean."""
+    origin = get_origin(tp)
+    if origin is Annotated:
+        return _boolean_for_number(get_args(tp)[0], v)
+    if origin is Union or origin is types.UnionType:
+        members = get_args(tp)
+        if isinstance(v, bool) and bool in members:
+            return False  # a field that takes a boolean as such
+        return any(_boolean_for_number(m, v) for m in members)
+    if isinstance(v, bool):
+        return tp is int or tp is float
+    if isinstance(v, list | tuple) and origin in (list, tuple, typing.Sequence):
+        elems = [a for a in get_args(tp) if a is not Ellipsis]
+        return any(_boolean_for_number(e, x) for x in v for e in elems)
+    return False
