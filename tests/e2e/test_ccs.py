@@ -5,6 +5,7 @@ the user's node to the job's other node, in the log of both backends."""
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import subprocess
@@ -26,7 +27,13 @@ SCENARIO = {
     "scheduler": {"name": "ccs", "params": {"share_l": L}},
     "workload": {
         "jobs": [
-            {"id": "par", "size": 2, "app": {"kind": "synthetic", "iterations": 60, "gcomp": 40}},
+            # No barrier: a rank that never sleeps, so what is measured is the share the weights give.
+            # With a barrier each iteration the kernel gives the waking rank more than its weight (below).
+            {
+                "id": "par",
+                "size": 2,
+                "app": {"kind": "synthetic", "iterations": 60, "gcomp": 40, "barrier": False},
+            },
             {
                 "id": "user",
                 "size": 1,
@@ -41,10 +48,9 @@ SCENARIO = {
         ]
     },
 }
-#: Real against simulated session slowdown under CCS. Measured 1.61 real against 1.41 simulated (+14 %),
-#: and local scheduling 2.23 against 2.00 (+12 %), on this 2-core host with other work on it (load 7-9):
-#: the host's load, not the policy. 25 % bounds what was seen.
-TOLERANCE = 0.25
+#: Real against simulated session slowdown under CCS. Measured 1.415 and 1.418 real against 1.413
+#: simulated (2 runs, load average 5.8 on this 2-core host); 10 % bounds a busier host.
+TOLERANCE = 0.10
 
 
 def _run(path: Path, out: Path, backend: str) -> tuple[dict, list[dict]]:
@@ -91,3 +97,21 @@ def test_ccs_gives_a_local_user_its_share_on_real_processes_as_in_the_simulator(
     expected += [("coop_sent", 0, "NoLocal"), ("coop_received", 1, "NoLocal")]
     assert coop["sim"] == expected
     assert sorted(coop["ray"]) == sorted(expected)
+
+
+@pytest.mark.extended
+@pytest.mark.xfail(
+    strict=False,
+    reason="a parallel rank that sleeps in a barrier every iteration gets more than its CFS weight on this "
+    "kernel (6.18, EEVDF: a waking task is placed with its lag), so the session's slowdown is 1.69-2.00 "
+    "real against 1.41 simulated (4 runs, load 0.5-3); the simulator models weights only "
+    "(docs/measurements.md, 'CFS weights against frequent wake-ups')",
+)
+def test_a_rank_that_waits_often_gets_its_weight_on_real_processes_as_in_the_simulator(tmp_path):
+    doc = copy.deepcopy(SCENARIO)
+    doc["workload"]["jobs"][0]["app"]["barrier"] = True
+    path = tmp_path / "ccs-barrier.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    slowdown = {b: float(_run(path, tmp_path / b, b)[0]["user"]["local_slowdown"]) for b in ("sim", "ray")}
+    print(f"session slowdown under CCS beside a barrier job, L = {L}: {slowdown}")
+    assert slowdown["ray"] == pytest.approx(slowdown["sim"], rel=TOLERANCE)
