@@ -42,6 +42,8 @@ from testbed.apps.base import (
 )
 from testbed.apps.environ import MPICH_NO_LOCAL, JobEnv, NodeEnv
 
+from testbed.core.inputs import cut
+
 if getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", "").endswith(
     "mechanism.forkserver"
 ):
@@ -106,7 +108,12 @@ class Mpi(ProgramKind):
             why = (exc.strerror or str(exc)).lower()
             return [("program", f"the system refuses the path: {why}; give the path of your mpi4py program")]
         if not found:
-            return [("program", f"no file {p}; give the path of your mpi4py program (.py)")]
+            return [
+                (
+                    "program",
+                    f"no file {cut(str(p), tail=True)}; give the path of your mpi4py program (.py)",
+                )
+            ]
         return []
 
     # -- real processes --------------------------------------------------------------------------------

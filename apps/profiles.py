@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 from testbed.apps.work import WORK_UNIT_S
 
+from testbed.core.inputs import excerpt
+
 #: Profile run time (compute only, dedicated) as a fraction of table 2's class-A execution time.
 TIME_SCALE = 0.25
 #: Profile memory per process as a fraction of the paper's (table 3, class C).
@@ -95,5 +97,5 @@ def get(name: str) -> Profile:
     """The profile called ``name`` (case-insensitive); ValueError naming the known ones otherwise."""
     p = PROFILES.get(str(name).upper())
     if p is None:
-        raise ValueError(f"unknown profile {name!r}; known profiles: {', '.join(PROFILES)}")
+        raise ValueError(f"unknown profile {excerpt(name)}; known profiles: {', '.join(PROFILES)}")
     return p

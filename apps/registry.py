@@ -8,6 +8,8 @@ import functools
 import importlib
 from importlib.metadata import entry_points
 
+from testbed.core.inputs import excerpt
+
 from .base import ProgramKind
 
 _BUILTIN = {
@@ -54,7 +56,7 @@ def get(name: str) -> type[ProgramKind]:
     targets = _targets()
     if name not in targets:
         known = ", ".join(sorted(targets))
-        raise UnknownKind(f"app.kind: unknown program kind '{name}'; known kinds: {known}")
+        raise UnknownKind(f"app.kind: unknown program kind {excerpt(name)}; known kinds: {known}")
     return _load(targets[name])
 
 

@@ -25,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
+from testbed.core.inputs import cut, excerpt
+
 #: The pydantic error type of a cross-field rule (:func:`rule_error`).
 RULE = "param_rule"
 
@@ -195,7 +197,8 @@ def parse(model: type[P], params: Mapping[str, Any], scheduler: str) -> P:
     :class:`PolicyConfigError` with one line per problem."""
     if not isinstance(params, Mapping):
         raise PolicyConfigError(
-            f"scheduler.params: {scheduler} needs a mapping of parameter names to values, got {params!r}"
+            f"scheduler.params: {scheduler} needs a mapping of parameter names to values, "
+            f"got {excerpt(params)}"
         )
     try:
         return model.model_validate(dict(params))
@@ -217,7 +220,7 @@ def problems(model: type[PolicyParams], exc: ValidationError, scheduler: str) ->
         if err["type"] == "extra_forbidden" and len(loc) == 1:
             unknown.append(loc[0])
             continue
-        where = "scheduler.params." + ".".join(loc) if loc else "scheduler.params"
+        where = "scheduler.params." + ".".join(map(cut, loc)) if loc else "scheduler.params"
         info = fields.get(loc[0]) if loc else None
         what = needs(info) if info is not None and len(loc) == 1 else None
         if err["type"] == "missing":
@@ -229,12 +232,12 @@ def problems(model: type[PolicyParams], exc: ValidationError, scheduler: str) ->
         seen.add(where)
         got = err.get("input")
         if what is None:
-            lines.append(f"{where}: {err['msg']}, got {got!r}")
+            lines.append(f"{where}: {err['msg']}, got {excerpt(got)}")
             continue
         default = (
             "" if info.is_required() else f" (default {_shown(info.get_default(call_default_factory=True))})"
         )
-        lines.append(f"{where}: {scheduler} needs {what}, got {got!r}{default}")
+        lines.append(f"{where}: {scheduler} needs {what}, got {excerpt(got)}{default}")
     if unknown:
         lines.insert(0, _unknown_line(unknown, sorted(fields), scheduler))
     return lines
@@ -242,14 +245,15 @@ def problems(model: type[PolicyParams], exc: ValidationError, scheduler: str) ->
 
 def _unknown_line(unknown: list[str], known: list[str], scheduler: str) -> str:
     """Every unknown name on one line, with the closest known name for each typo and all the known ones."""
+    unknown = unknown[:5] + ([f"and {len(unknown) - 5} more"] if len(unknown) > 5 else [])  # one line
     near = {u: m[0] for u in unknown if (m := difflib.get_close_matches(u, known, n=1))}
     if len(unknown) == 1 and near:
         hint = f"did you mean '{near[unknown[0]]}'? "
     elif near:
-        hint = "did you mean " + ", ".join(f"'{m}' for '{u}'" for u, m in near.items()) + "? "
+        hint = "did you mean " + ", ".join(f"'{m}' for {excerpt(u)}" for u, m in near.items()) + "? "
     else:
         hint = ""
     return (
-        f"scheduler.params: unknown parameter(s) {', '.join(unknown)} for scheduler '{scheduler}'; "
+        f"scheduler.params: unknown parameter(s) {', '.join(map(cut, unknown))} for scheduler '{scheduler}'; "
         f"{hint}known parameters: {', '.join(known) or '(none)'}"
     )

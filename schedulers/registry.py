@@ -7,6 +7,8 @@ import functools
 import importlib
 from importlib.metadata import entry_points
 
+from testbed.core.inputs import excerpt
+
 from .base import Scheduler
 
 _BUILTIN = {
@@ -68,7 +70,8 @@ def get(name: str) -> type[Scheduler]:
     targets = _targets()
     if name not in targets:
         raise UnknownScheduler(
-            f"scheduler.name: unknown scheduler '{name}'; known schedulers: {', '.join(sorted(targets))}"
+            f"scheduler.name: unknown scheduler {excerpt(name)}; "
+            f"known schedulers: {', '.join(sorted(targets))}"
         )
     return _load(targets[name])
 

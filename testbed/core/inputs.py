@@ -15,6 +15,33 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
+#: The most characters of a user's value that an error message echoes: a message is one line, and a value
+#: of 200,000 characters (a name, a key, a path) made it a line of 200 KB.
+EXCERPT_CHARS = 60
+
+
+def cut(text: str, tail: bool = False) -> str:
+    """``text`` as a message echoes it unquoted (a key in a field's path): its first
+    :data:`EXCERPT_CHARS` characters and "..." when longer; with ``tail``, "..." and its last ones (a
+    path, whose file name is what tells)."""
+    if len(text) <= EXCERPT_CHARS:
+        return text
+    return "..." + text[-EXCERPT_CHARS:] if tail else text[:EXCERPT_CHARS] + "..."
+
+
+def excerpt(value: Any, tail: bool = False) -> str:
+    """``value`` as a message echoes it: a string quoted (its repr), anything else as its repr, each cut
+    to :data:`EXCERPT_CHARS` characters of the value and "..." (before them with ``tail``)."""
+    if isinstance(value, str):
+        if len(value) <= EXCERPT_CHARS:
+            return repr(value)
+        return "..." + repr(value[-EXCERPT_CHARS:]) if tail else repr(value[:EXCERPT_CHARS]) + "..."
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more digits than Python converts (sys.get_int_max_str_digits)
+        text = f"an {type(value).__name__} too long to show"
+    return cut(text, tail)
+
 
 class InputModel(BaseModel):
     """Frozen, unknown fields refused, numbers finite, and no boolean for a number."""

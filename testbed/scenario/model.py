@@ -28,7 +28,7 @@ from pydantic import (
 
 from testbed.apps import registry as kinds
 from testbed.core.clock import auto_tdf
-from testbed.core.inputs import InputModel
+from testbed.core.inputs import InputModel, cut, excerpt
 from testbed.core.kinds import ENVELOPE_KINDS, Fault, FaultKind, OnNodeDown
 from testbed.scenario.divisible import DivisibleTasks
 from testbed.scenario.localusers import LocalUsers
@@ -77,9 +77,8 @@ def _safe_name(v: str) -> str:
     """A name that becomes part of a file's or a folder's name (a job's logs, a run's folder): no path
     separator, no '..', no control character, bounded."""
     if not _SAFE_NAME_RE.match(v) or len(v) > MAX_NAME:
-        shown = v if len(v) <= 40 else v[:40] + "..."
         raise ValueError(
-            f"{shown!r} cannot name a file; use letters, digits and . _ + = - (up to {MAX_NAME} "
+            f"{excerpt(v)} cannot name a file; use letters, digits and . _ + = - (up to {MAX_NAME} "
             "characters, starting with a letter or digit)"
         )
     return v
@@ -92,7 +91,7 @@ def _bounded_name(v: str) -> str:
     """A scenario's name: shown in tables and turned into a results folder's name (runner.new_out keeps
     its safe characters), so any text will do but a long one or one with control characters."""
     if len(v) > MAX_NAME or any(ord(c) < 32 or ord(c) == 127 for c in v):
-        raise ValueError(f"{v[:40]!r}...: give a name of up to {MAX_NAME} printable characters")
+        raise ValueError(f"{excerpt(v)}: give a name of up to {MAX_NAME} printable characters")
     return v
 
 
@@ -243,7 +242,7 @@ class ClusterConfig(_Model):
         host, _, port = v.rpartition(":")
         if not host or not port.isdigit() or "/" in v:
             raise ValueError(
-                f"'{v}' is not a Ray cluster address: give 'auto' or the GCS as HOST:PORT (e.g. "
+                f"{excerpt(v)} is not a Ray cluster address: give 'auto' or the GCS as HOST:PORT (e.g. "
                 "127.0.0.1:6379); Ray Client addresses (ray://) are not supported"
             )
         return v
@@ -535,8 +534,8 @@ class WorkloadConfig(_Model):
         dup = sorted({i for i in ids if i in seen or seen.add(i)})
         if dup:
             raise ValueError(
-                f"duplicate job id(s) {', '.join(dup[:5])}; give every job its own id (unnamed jobs are "
-                "j<position>, generated ones follow them)"
+                f"duplicate job id(s) {', '.join(map(cut, dup[:5]))}; give every job its own id "
+                "(unnamed jobs are j<position>, generated ones follow them)"
             )
         return self
 
@@ -571,11 +570,11 @@ _KEY_RE = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")
 def check_name(name: str) -> str:
     if not _NAME_RE.match(name) or len(name) > 80:
         raise ValueError(
-            f"variant name {name!r} is not usable as a folder name; use letters, digits and . _ + = - "
+            f"variant name {excerpt(name)} is not usable as a folder name; use letters, digits and . _ + = - "
             "(up to 80 characters, starting with a letter or digit)"
         )
     if name in RESERVED:
-        raise ValueError(f"variant name {name!r} is taken by the sweep's own output; pick another")
+        raise ValueError(f"variant name {excerpt(name)} is taken by the sweep's own output; pick another")
     return name
 
 
@@ -584,9 +583,11 @@ def check_keys(sets: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("empty: give the keys this variant changes, e.g. {scheduler.name: batch}")
     for key in sets:
         if not _KEY_RE.match(key):
-            raise ValueError(f"key {key!r} is not a dotted field path such as scheduler.params.quantum_ms")
+            raise ValueError(
+                f"key {excerpt(key)} is not a dotted field path such as scheduler.params.quantum_ms"
+            )
         if key.split(".")[0] == "sweep":
-            raise ValueError(f"key {key!r}: a variant cannot change the sweep itself")
+            raise ValueError(f"key {excerpt(key)}: a variant cannot change the sweep itself")
     return sets
 
 
@@ -598,7 +599,9 @@ def check_variants(vs: list[SweepVariant] | None) -> list[SweepVariant] | None:
     names = [v.name for v in vs]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
-        raise ValueError(f"duplicate variant name(s) {', '.join(dup)}; give every variant its own name")
+        raise ValueError(
+            f"duplicate variant name(s) {', '.join(map(cut, dup[:5]))}; give every variant its own name"
+        )
     return vs
 
 
@@ -617,11 +620,11 @@ def grid(spec: dict[str, Any]) -> list[dict]:
     for key, values in spec.items():
         if not isinstance(values, list):
             raise ValueError(
-                f"grid key {key!r}: give a list of values, e.g. {{{key}: [a, b]}} "
+                f"grid key {excerpt(key)}: give a list of values, e.g. {{{cut(str(key))}: [a, b]}} "
                 f"(got {type(values).__name__})"
             )
         if not values:
-            raise ValueError(f"grid key {key!r}: the list of values is empty")
+            raise ValueError(f"grid key {excerpt(key)}: the list of values is empty")
         keys.append(str(key))
         lists.append(values)
     check_keys(dict.fromkeys(keys))
@@ -641,7 +644,8 @@ def grid(spec: dict[str, Any]) -> list[dict]:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ValueError(
-            f"the grid gives two variants the name(s) {', '.join(dup)}; list named variants instead"
+            f"the grid gives two variants the name(s) {', '.join(map(cut, dup[:5]))}; "
+            "list named variants instead"
         )
     return out
 
@@ -850,17 +854,18 @@ def _format_errors(exc: ValidationError) -> list[str]:
         # the member's type in its location: one field, so one line.
         while len(loc) > 1 and err["type"] not in _FIELD_ERRORS and _UNION_MEMBER.match(str(loc[-1])):
             loc = loc[:-1]
-        where = ".".join(str(p) for p in loc) or "(top level)"
+        where = ".".join(cut(str(p)) for p in loc) or "(top level)"  # a key is the user's text
         if lines and lines[-1].startswith(f"{where}: ") and len(loc) < len(raw):
             lines[-1] += f"; or {err['msg'].removeprefix('Value error, ')}"
             continue
         if err["type"] == "union_tag_invalid" and loc[-1:] == ("generator",):
             known = ", ".join(_GENERATORS)
-            lines.append(f"{where}.kind: unknown generator kind '{err['ctx']['tag']}'; known kinds: {known}")
+            tag = excerpt(err["ctx"]["tag"])
+            lines.append(f"{where}.kind: unknown generator kind {tag}; known kinds: {known}")
         elif err["type"] == "union_tag_invalid":
             known = ", ".join(kinds.names())
-            tag = err["ctx"]["tag"]
-            lines.append(f"{where}.kind: unknown program kind '{tag}'; known kinds: {known} (`testbed apps`)")
+            tag = excerpt(err["ctx"]["tag"])
+            lines.append(f"{where}.kind: unknown program kind {tag}; known kinds: {known} (`testbed apps`)")
         elif err["type"] == "extra_forbidden":
             known = _fields_of(Scenario, err["loc"])
             near = difflib.get_close_matches(str(loc[-1]), known, n=1)
@@ -871,7 +876,7 @@ def _format_errors(exc: ValidationError) -> list[str]:
         else:
             msg = err["msg"].removeprefix("Value error, ")
             got = err.get("input")
-            shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+            shown = "" if isinstance(got, dict | list) or got is None else f" (got {excerpt(got)})"
             # A model-level check may name a deeper field itself ("scheduler.name: ..."), one line each
             # ("scheduler.params.mpl: ...", a line per bad parameter).
             named = re.match(r"^[\w.]+: ", msg) and (not loc or msg.startswith(where))
@@ -881,17 +886,16 @@ def _format_errors(exc: ValidationError) -> list[str]:
 
 def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
-        raise ScenarioError(f"--set {text!r}: expected KEY=VALUE, e.g. --set scheduler.name=batch")
+        raise ScenarioError(f"--set {excerpt(text)}: expected KEY=VALUE, e.g. --set scheduler.name=batch")
     key, _, raw = text.partition("=")
     path = [p for p in key.strip().split(".") if p]
     if not path:
-        raise ScenarioError(f"--set {text!r}: empty key; e.g. --set workload.seed=7")
+        raise ScenarioError(f"--set {excerpt(text)}: empty key; e.g. --set workload.seed=7")
     try:
         value = load_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        shown = raw if len(raw) <= 60 else raw[:60] + "..."
         raise ScenarioError(
-            f"--set {key}: value {shown!r} is not valid YAML ({_yaml_problem(exc)})"
+            f"--set {cut(key)}: value {excerpt(raw)} is not valid YAML ({_yaml_problem(exc)})"
         ) from None
     return path, value
 
@@ -903,7 +907,7 @@ def apply_override(doc: dict, path: list[str], value: Any) -> None:
         if isinstance(cur, list):
             if not part.isdigit() or int(part) >= len(cur):
                 raise ScenarioError(
-                    f"--set {'.'.join(path)}: {where} is not an index into a list of {len(cur)}"
+                    f"--set {cut('.'.join(path))}: {cut(where)} is not an index into a list of {len(cur)}"
                 )
             cur = cur[int(part)]
             continue
@@ -911,11 +915,13 @@ def apply_override(doc: dict, path: list[str], value: Any) -> None:
             cur[part] = {}
         cur = cur[part]
         if not isinstance(cur, dict | list):
-            raise ScenarioError(f"--set {'.'.join(path)}: {where} is a value, not a section")
+            raise ScenarioError(f"--set {cut('.'.join(path))}: {cut(where)} is a value, not a section")
     last = path[-1]
     if isinstance(cur, list):
         if not last.isdigit() or int(last) >= len(cur):
-            raise ScenarioError(f"--set {'.'.join(path)}: '{last}' is not an index into a list of {len(cur)}")
+            raise ScenarioError(
+                f"--set {cut('.'.join(path))}: {excerpt(last)} is not an index into a list of {len(cur)}"
+            )
         cur[int(last)] = value
     else:
         cur[last] = value
@@ -971,7 +977,7 @@ class _StrictLoader(yaml.SafeLoader):
                 continue  # an unhashable key: construct_mapping says so below
             if first is not None:
                 where = f"line {line}" if first == line else f"lines {first} and {line}"
-                raise yaml.YAMLError(f"duplicate key {key!r} at {where}; keep one")
+                raise yaml.YAMLError(f"duplicate key {excerpt(key)} at {where}; keep one")
         return super().construct_mapping(node, deep)
 
 
@@ -1056,7 +1062,9 @@ def _resolve_trace(doc: dict, base: Path) -> None:
             "an SWF trace (.swf or .swf.gz)"
         ) from None
     if not found:
-        raise ScenarioError(f"workload.trace.path: no file {full}; give an SWF trace (.swf or .swf.gz)")
+        raise ScenarioError(
+            f"workload.trace.path: no file {cut(str(full), tail=True)}; give an SWF trace (.swf or .swf.gz)"
+        )
     trace["path"] = str(full)
 
 

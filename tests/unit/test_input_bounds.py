@@ -350,3 +350,61 @@ def test_a_boolean_is_not_taken_for_a_number_in_any_model():
         load(doc=doc)
     # A field that takes a boolean still does.
     assert load(doc={**BASE, "monitoring": {"enabled": False}}).monitoring.enabled is False
+
+
+BIG = "x" * 200_000
+
+
+@pytest.mark.parametrize(
+    ("where", "doc"),
+    [
+        ("scheduler.name", {"scheduler": {"name": BIG}}),
+        ("cluster.envelope", {"cluster": {"envelope": BIG}}),
+        ("a key", {"cluster": {BIG: 1}}),
+        ("a top-level key", {BIG: 1}),
+        ("name", {"name": BIG}),
+        ("cluster.nodes", {"cluster": {"nodes": BIG}}),
+        ("cluster.ray_address", {"cluster": {"ray_address": BIG}}),
+        ("a scheduler parameter", {"scheduler": {"name": "gang", "params": {BIG: 1}}}),
+        ("a scheduler parameter's value", {"scheduler": {"name": "gang", "params": {"quantum_ms": BIG}}}),
+        (
+            "thousands of parameters",
+            {"scheduler": {"name": "gang", "params": {f"p{i}": 1 for i in range(9999)}}},
+        ),
+        ("a job id", {"workload": {"jobs": [{"size": 1, "id": BIG}]}}),
+        ("a program kind", {"workload": {"jobs": [{"size": 1, "app": {"kind": BIG}}]}}),
+        ("a kind's field", {"workload": {"jobs": [{"size": 1, "app": {BIG: 1}}]}}),
+        ("a kind's profile", {"workload": {"jobs": [{"size": 1, "app": {"profile": BIG}}]}}),
+        ("a generator kind", {"workload": {"generator": {"kind": BIG}}}),
+        ("a trace path", {"workload": {"trace": {"path": "/t" * 1500}}}),
+        (
+            "an mpi program",
+            {"workload": {"jobs": [{"size": 1, "app": {"kind": "mpi", "program": "/p" * 1500}}]}},
+        ),
+        ("a grid value", {"sweep": {"scheduler.name": [BIG]}}),
+        ("a variant's key", {"sweep": [{"name": "v", "set": {BIG: 1}}]}),
+        ("a variant's value", {"sweep": [{"name": "v", "set": {"scheduler.name": BIG}}]}),
+    ],
+)
+def test_a_huge_value_is_echoed_as_a_bounded_excerpt(where, doc):
+    # A 200,000-character value came back as one line of 200 KB: every echo is cut to EXCERPT_CHARS.
+    from testbed.core.inputs import EXCERPT_CHARS
+
+    full = {"name": "b", "workload": {"jobs": [{"size": 1}]}}
+    full.update(copy.deepcopy(doc))
+    with pytest.raises(ScenarioError) as exc:
+        load(doc=full)
+    longest = max(len(line) for line in str(exc.value).splitlines())
+    assert longest < 400, (where, str(exc.value)[:500])
+    assert "x" * (EXCERPT_CHARS + 1) not in str(exc.value), where
+
+
+def test_a_huge_set_or_yaml_key_is_echoed_as_a_bounded_excerpt():
+    for override in (BIG, f"cluster.{BIG}=1", f"workload.jobs.{BIG}=1", f"name=[{BIG}"):
+        with pytest.raises(ScenarioError) as exc:
+            load(doc=BASE, overrides=[override])
+        assert len(str(exc.value)) < 400, str(exc.value)[:500]
+    key = "k" * 1000  # PyYAML reads a plain key of up to 1024 characters
+    with pytest.raises(ScenarioError, match=r"duplicate key 'k{60}'\.\.\. at line 1; keep one") as exc:
+        load(doc=BASE, overrides=[f"scheduler.params={{{key}: 1, {key}: 2}}"])
+    assert len(str(exc.value)) < 400
