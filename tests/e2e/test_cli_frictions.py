@@ -79,6 +79,25 @@ def test_a_job_wider_than_the_cluster_fails_validate_with_one_line(tmp_path):
     )
 
 
+def test_a_duplicate_key_fails_validate_with_one_line_naming_both_lines(tmp_path):
+    # The second top-level scheduler: would silently win, dropping the first one's parameters.
+    f = tmp_path / "dup.yaml"
+    f.write_text(
+        "name: dup\n"
+        "cluster: {nodes: 4}\n"
+        "scheduler: {name: gang, params: {mpl: 2}}\n"
+        "workload: {jobs: [{size: 2}]}\n"
+        "scheduler: {name: batch}\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "testbed.cli", "validate", str(f)], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stdout == ""
+    assert r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"error: {f}: ") and "duplicate key 'scheduler' at lines 3 and 5" in r.stderr
+
+
 def test_dashboards_are_generated_in_the_current_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     r = _cli("dashboards", "generate")
