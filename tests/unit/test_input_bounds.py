@@ -275,7 +275,7 @@ def test_every_accepted_value_runs_to_its_end_in_the_simulator(tmp_path):
             except runner.RunFailed as exc:
                 assert str(exc).startswith(wall_limit_reached(3.0)), (path, value, str(exc))
             ran += 1
-    assert ran > 50
+    assert ran > 30  # the extremes in range (no boolean is among them: one is never taken for a number)
 
 
 @pytest.mark.parametrize("path", ["t" * 300 + ".swf", "/tr" * 3000, "a\x00b.swf"])
