@@ -2,8 +2,10 @@
 programs"): every MPI message and collective of ``COMM_WORLD`` is mirrored by tbcomm, so that
 
 * it takes the scenario's link (latency, bandwidth) between emulated nodes: a send first sends a
-  tbcomm message of the same size to the receiver's NIC, and a receive first waits for that message, so
-  it completes no earlier than the emulated link delivers it;
+  tbcomm message to the receiver's NIC that declares the MPI message's size and carries none of its bytes
+  (``Comm.send_sized``: the link transmits that many; MPI moves the data, so copying zeros through the
+  relay would charge the ranks CPU that a real cluster's NIC spends instead), and a receive first waits
+  for that message, so it completes no earlier than the emulated link delivers it;
 * the node sees what the coscheduling schemes act on: each arrival, each receiver waiting (in the job's
   wait mode: spin, block, spin-block, as tbcomm waits) and each collective entered and left (HYBRID).
 
@@ -78,7 +80,6 @@ class _Mirror:
         # comes after the quota is spent waits for the next CFS period (NAS CG, class A, 4 ranks: 22x
         # the simulator's time direct, 0.6x mirrored). Only a job that spins runs MPI direct.
         self.active = bool(link_note()) or not tb._standing or tb.mode != "spin"
-        self.zeros = bytearray()
         self.collectives = 0  # completed, reported to the node as the unit "collectives"
         self.reported = 0
         self.next_report = 0.0
@@ -89,14 +90,9 @@ class _Mirror:
     def matched(self, status) -> None:
         pass  # which message a receive took (a recorder notes it)
 
-    def payload(self, nbytes: int) -> memoryview:
-        if len(self.zeros) < nbytes:
-            self.zeros = bytearray(max(nbytes, 2 * len(self.zeros)))
-        return memoryview(self.zeros)[:nbytes]
-
     def send(self, dest: int, tag: int, nbytes: int) -> None:
         if self.active and 0 <= dest < self.n:
-            self.tb.send(dest, self.payload(nbytes), max(0, tag))
+            self.tb.send_sized(dest, nbytes, max(0, tag))
 
     def recv(self, source: int, tag: int) -> tuple[int, int]:
         if not self.active:

@@ -59,6 +59,8 @@ from testbed.apps.wire import (
     RECV,
     SEND_BLOCKED,
     SEND_WAITS,
+    SIZE,
+    SIZED,
     SPIN,
     SPIN_BLOCK,
     STAMP,
@@ -114,15 +116,20 @@ def _connect(addr: str, timeout: float) -> socket.socket:
     return sock
 
 
-def _held(buf, start: int, end: int) -> bytes:
-    """The payload of a STAMPED message the NIC handed over, returned when it is due (apps/wire.py,
-    STAMP): the NIC hands it over up to its lead early, and the receiver spins the rest, because a
-    wake-up from sleep takes longer than that lead."""
-    (due,) = STAMP.unpack_from(buf, start)
-    body = bytes(buf[start + STAMP.size : end])
-    now = time.monotonic
-    while now() < due:
-        pass
+def _data_body(buf, start: int, end: int, mode: int) -> bytes:
+    """The payload of a STAMPED or SIZED message the NIC handed over (apps/wire.py, STAMP and SIZE): a
+    stamped one is returned when it is due (the NIC hands it over up to its lead early, and the receiver
+    spins the rest, because a wake-up from sleep takes longer than that lead); a sized one carries no
+    payload, only its count, and gives an empty one."""
+    if mode & SIZED:
+        body = b""
+    else:
+        body = bytes(buf[start + STAMP.size : end])
+    if mode & STAMPED:
+        (due,) = STAMP.unpack_from(buf, start)
+        now = time.monotonic
+        while now() < due:
+            pass
     return body
 
 
@@ -238,6 +245,20 @@ class Comm:
             raise CommError(f"tag {tag}: user tags must be >= 0")
         self._send(dst, data, tag)
 
+    def send_sized(self, dst: int, nbytes: int, tag: int = 0) -> None:
+        """A message of ``nbytes`` bytes that carries none of them (apps/wire.py, SIZE): the emulated link
+        takes as long as for ``nbytes`` bytes, and the receiver gets an empty payload. For a mirror whose
+        data moves another way (apps/mpi_wrap.py: MPI moves it), so that neither the sender nor the NICs
+        spend CPU on copying bytes that a real NIC would carry. The frame bound (``max_frame_body``) does
+        not apply to ``nbytes``: nothing is allocated for it."""
+        if not 0 <= dst < self.size:
+            raise CommError(f"send to rank {dst}: out of range 0..{self.size - 1}")
+        if tag < 0:
+            raise CommError(f"tag {tag}: user tags must be >= 0")
+        if not 0 <= nbytes < 2 ** (8 * SIZE.size):
+            raise CommError(f"send to rank {dst}: a sized message of {nbytes} bytes")
+        self._send(dst, SIZE.pack(nbytes), tag, SIZED)
+
     def _take_acks(self) -> int:
         n = self._acks
         if n > MAX_ACKS:
@@ -245,7 +266,8 @@ class Comm:
         self._acks -= n
         return n
 
-    def _send(self, dst: int, data, tag: int) -> None:
+    def _send(self, dst: int, data, tag: int, sized: int = 0) -> None:
+        """``sized``: 0, or SIZED when ``data`` is a SIZE (send_sized)."""
         n = len(data)
         if n > self.max_message:
             raise CommError(
@@ -256,7 +278,7 @@ class Comm:
         sock = self._by_rank[dst]
         acks = self._take_acks() if self._acks and sock is self._local else 0
         wait = self.send_wait != "none"
-        mode = WANT_ACK if wait else 0
+        mode = (WANT_ACK if wait else 0) | sized
         if self.stamped and sock is not self._local:
             hdr = HEADER.pack(n + STAMP.size, DATA, mode | STAMPED, acks, self.rank, dst, tag)
             hdr += STAMP.pack(time.monotonic())
@@ -425,8 +447,8 @@ class Comm:
                 if n >= need:
                     if n > need:
                         buf += view[need:n]
-                    if ftype == DATA and mode & STAMPED:
-                        return ftype, a, b, c, _held(view, _HSIZE, need), mode
+                    if ftype == DATA and mode & (STAMPED | SIZED):
+                        return ftype, a, b, c, _data_body(view, _HSIZE, need, mode), mode
                     return ftype, a, b, c, bytes(view[_HSIZE:need]), mode
             buf += view[:n]
         while True:
@@ -434,8 +456,8 @@ class Comm:
                 blen, ftype, mode, _, a, b, c = HEADER.unpack_from(buf)
                 need = _HSIZE + blen
                 if len(buf) >= need:
-                    if ftype == DATA and mode & STAMPED:
-                        body = _held(buf, _HSIZE, need)
+                    if ftype == DATA and mode & (STAMPED | SIZED):
+                        body = _data_body(buf, _HSIZE, need, mode)
                     else:
                         body = bytes(buf[_HSIZE:need])
                     del buf[:need]

@@ -27,7 +27,8 @@ PEER = 2  # worker -> any NIC it sends to: a=rank, b=its node + 1 (0: unknown), 
 GO = 3  # NIC -> worker: start; mode=1: standing receive (the NIC pushes messages, the worker sends no RECV)
 DATA = 4  # worker -> NIC: a=src rank, b=dst rank, c=tag, body=payload; forwarded to the receiver; mode bits:
 # WANT_ACK: the sender waits for the acknowledgement of the message's arrival here (DELIVERED);
-# STAMPED: the body starts with a STAMP before the payload (see STAMP)
+# STAMPED: the body starts with a STAMP before the payload (see STAMP);
+# SIZED: the payload is not carried, only its byte count (see SIZE)
 RECV = 5  # worker -> own NIC: mode=wait mode code, a=src or ANY, c=tag or ANY; answered by one DATA or ERROR
 BLOCKED = 6  # worker -> own NIC: the pending RECV stopped spinning and now blocks
 COLL_ENTER = 7  # worker -> own NIC: body=op name
@@ -46,12 +47,20 @@ COOP = 17  # NIC -> NIC: body=a local policy's CoopEvent for the receiving node 
 #: DATA mode bits (see DATA).
 WANT_ACK = 1
 STAMPED = 2
+SIZED = 4
 #: A STAMPED DATA frame's time (CLOCK_MONOTONIC seconds), ahead of its payload. From the sender: when it
 #: sent the message, so that a NIC on the same host starts the emulated link's delay there, not when the
 #: relay got the frame (the relay's own tens of microseconds would add to the latency). From the NIC to
 #: the receiver: when the message is due; the NIC hands it over a little early (its wake-up and the
 #: receiver's would add to the latency as well) and the receiver holds it until then.
 STAMP = struct.Struct("!d")
+#: A SIZED DATA frame's body after its STAMP (if STAMPED), and all of it: the byte count of a message whose
+#: bytes travel another way (the mpi kind's mirror of an MPI message: MPI moves the data, as a real
+#: cluster's NIC would without the host's CPU). The NIC's emulated link transmits that many bytes (its
+#: bandwidth) and counts them; the receiver gets an empty payload. The frame bound (:func:`frame_bound`)
+#: applies to the frame as to any (its body is 8 or 16 bytes), not to the count: it bounds what a NIC and
+#: a worker allocate for a frame, and nothing is allocated for a sized message's bytes.
+SIZE = struct.Struct("!Q")
 
 #: The value at the start of a PROGRESS frame's body (the unit's name follows).
 PROGRESS_VALUE = struct.Struct("!d")

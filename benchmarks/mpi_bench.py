@@ -1,6 +1,6 @@
 """MPI programs on the testbed (the ``mpi`` kind), each figure beside a baseline measured in the same run.
 
-``python benchmarks/mpi_bench.py [--only latency,link,start,fidelity] [--rounds 1000] [--keep DIR]``
+``python benchmarks/mpi_bench.py [--only latency,link,start,fidelity,msgcpu] [--rounds 1000] [--keep DIR]``
 
 * latency: tests/programs/pingpong.py (1-byte Send/Recv ping-pong, median one-way of ``--rounds``; and
   the median Barrier) on 2 ranks, direct (the job spins: MPI's own calls) and mirrored (it blocks, the
@@ -15,6 +15,13 @@
   and an allreduce) alone on 4 nodes, real response time / simulated (the simulator replays its trace,
   recorded here the first time), beside a synthetic job of the same shape (20 iterations x 100 units,
   a barrier each) in the same two runs. Target: within 10 %.
+* msgcpu (not in the default list): the CPU a rank spends per mirrored message beyond what the simulator
+  charges, by message size: tests/programs/pingpong.py on 2 nodes (TDF 1, NLS, the default wait mode:
+  mirrored), ``latency_us`` 0 and 100, nbytes 1, 24000 (NAS CG.A's messages) and 160000 (MG.A's),
+  ``--rounds`` rounds (2000 is the figure's). Per rank, its CPU at exit (proc_exited cpu_s) against the
+  CPU its trace records between MPI calls (the simulator's model, recorded by ``--backend sim`` of the
+  same scenario), differenced against a job of the same scenario with 1 round (start-up, imports and
+  MPI_Init cancel out), per message sent or received (the mirror's barriers count one each way).
 
 The last line printed is one JSON object. Note the host's other load (the run prints its idle share).
 """
@@ -143,6 +150,58 @@ def bench_start(tmp: Path, reps: int) -> dict:
     }
 
 
+#: msgcpu's message sizes: 1 byte, NAS CG.A's messages (23,744 B at 4 ranks) and MG.A's (157,866 B).
+MSGCPU_SIZES = (1, 24000, 160000)
+
+
+def _trace_ops(program: str, args: list[str], size: int) -> list[tuple[float, int]]:
+    """Per rank of a recorded trace: (its CPU between MPI calls, s; its mirrored messages: sends and
+    receives, and one each way per collective, which the mirror carries as a tbcomm barrier)."""
+    from testbed.apps.mpi_trace import trace_path
+
+    ranks = json.loads(trace_path(program, tuple(args), size).read_text())["ranks"]
+    out = []
+    for ops in ranks:
+        cpu = sum(op[1] for op in ops if op[0] == "c")
+        msgs = sum(1 for op in ops if op[0] in ("s", "r")) + 2 * sum(1 for op in ops if op[0] == "k")
+        out.append((cpu, msgs))
+    return out
+
+
+def bench_msgcpu(tmp: Path, rounds: int) -> dict:
+    fig: dict = {}
+    program = str(PROGRAMS / "pingpong.py")
+    for latency in (0, 100):
+        for nbytes in MSGCPU_SIZES:
+            # The 1-round job first, the measured one once it is surely done: NLS would run them together.
+            base, job = _mpi("pp1", 2, "pingpong.py", 1, nbytes), _mpi("pp", 2, "pingpong.py", rounds, nbytes)
+            job["submit_s"] = 2.0
+            doc = _pingpong(latency, rounds)
+            doc["workload"]["jobs"] = [base, job]
+            name = f"msgcpu-{latency}us-{nbytes}B"
+            _run(tmp, name, doc, "sim")  # records the two traces (cached: once per size)
+            out = _run(tmp, name, doc)
+            cpu = {(e["job"], e["rank"]): e["cpu_s"] for e in _events(out) if e["kind"] == "proc_exited"}
+            times = {j: (float(r["starting_time"]), float(r["finish_time"])) for j, r in _jobs(out).items()}
+            if times["pp1"][1] > times["pp"][0]:
+                raise RuntimeError(f"{name}: the 1-round job was still running when the measured one started")
+            t_job = _trace_ops(program, job["app"]["args"], 2)
+            t_base = _trace_ops(program, base["app"]["args"], 2)
+            extra = []
+            for rank in range(2):
+                real = cpu[("pp", rank)] - cpu[("pp1", rank)]
+                model = t_job[rank][0] - t_base[rank][0]
+                msgs = t_job[rank][1] - t_base[rank][1]
+                extra.append((real - model) / msgs * 1e6)
+            one_way = json.loads((out / "logs" / "pp.0.out").read_text())["one_way_us_median"]
+            key = f"msgcpu_{latency}us_{nbytes}B"
+            fig[f"{key}_extra_cpu_us_per_msg"] = statistics.mean(extra)
+            fig[f"{key}_real_cpu_s_per_rank"] = statistics.mean(cpu[("pp", r)] for r in range(2))
+            fig[f"{key}_model_cpu_s_per_rank"] = statistics.mean(t[0] for t in t_job)
+            fig[f"{key}_one_way_us"] = one_way
+    return fig
+
+
 def bench_fidelity(tmp: Path) -> dict:
     jobs = [
         _mpi("mpi", 4, "ring_allreduce.py", 20, 50),
@@ -191,6 +250,8 @@ def main() -> int:
                 out.update(bench_start(tmp, args.reps))
             elif part == "fidelity":
                 out.update(bench_fidelity(tmp))
+            elif part == "msgcpu":
+                out.update(bench_msgcpu(tmp, args.rounds))
             else:
                 raise ValueError(f"unknown part {part!r}")
         except Exception as exc:  # noqa: BLE001 - the figure says why it is missing

@@ -84,6 +84,8 @@ from testbed.apps.wire import (
     PROGRESS_VALUE,
     RECV,
     SEND_BLOCKED,
+    SIZE,
+    SIZED,
     STAMP,
     STAMPED,
     WAIT_MODES,
@@ -338,6 +340,14 @@ def _text(body: bytes) -> str:
 def _body(buf, off: int, end: int) -> bytes:
     """The body of the frame at ``buf[off:end]``, a copy."""
     return bytes(buf[off + HEADER.size : end])
+
+
+def _payload_bytes(frame) -> int:
+    """The bytes of the message a DATA frame (as handed over) carries or, SIZED, declares (apps/wire.py)."""
+    mode = frame[5]  # HEADER's mode byte
+    if mode & SIZED:
+        return SIZE.unpack_from(frame, len(frame) - SIZE.size)[0]
+    return len(frame) - HEADER.size - (STAMP.size if mode & STAMPED else 0)
 
 
 @dataclass(eq=False)
@@ -747,7 +757,8 @@ class Nic:
 
     def _on_data(self, conn: _Conn, mode: int, src: int, dst: int, tag: int, off: int, end: int) -> None:
         """A message for rank ``dst`` of the connection's job: into its receiver's queue, through the
-        emulated link when it came from another node; acknowledged once there if it asks (WANT_ACK)."""
+        emulated link when it came from another node; acknowledged once there if it asks (WANT_ACK). A
+        SIZED message's bytes are the count it declares: the link transmits that many (apps/wire.py)."""
         if conn.job is None:
             raise _ProtocolError("DATA before HELLO/PEER")
         nbytes = end - off - HEADER.size
@@ -758,6 +769,10 @@ class Nic:
             nbytes -= STAMP.size
             if conn.same_clock:
                 (sent_at,) = STAMP.unpack_from(conn.view, off + HEADER.size)
+        if mode & SIZED:
+            if nbytes != SIZE.size:
+                raise _ProtocolError(f"a sized DATA frame with {nbytes} bytes for its {SIZE.size}-byte count")
+            (nbytes,) = SIZE.unpack_from(conn.view, end - SIZE.size)
         self._messages_in += 1
         self._bytes_in += nbytes
         rx = self._rx.get((conn.job, dst)) or self._receiver(conn.job, dst)
@@ -866,7 +881,7 @@ class Nic:
         frame = msg[2]
         rx.ahead += 1
         self._messages_out += 1
-        self._bytes_out += len(frame) - HEADER.size
+        self._bytes_out += _payload_bytes(frame)
         rx.conn.write(frame)
 
     def _local_rx(self, conn: _Conn) -> _Rx:
@@ -937,7 +952,7 @@ class Nic:
                     del q[i]
                 rx.want = None
                 self._messages_out += 1
-                self._bytes_out += len(frame) - HEADER.size
+                self._bytes_out += _payload_bytes(frame)
                 rx.conn.write(frame)
                 if self.report_messages:
                     self._event(MessageConsumed(rx.proc, len(q)))

@@ -117,6 +117,18 @@ elif scenario == "stamped":
         (sent,) = struct.unpack("d", c.recv(0))
         out["delay"] = time.monotonic() - sent
         c.send(0, b"ack")
+elif scenario == "sized":
+    # rank 0 sends a message that declares SIZED_BYTES bytes and carries none (the mpi kind's mirror)
+    if r == 0:
+        time.sleep(0.03)  # let the receiver post its receive first
+        out["sent"] = time.monotonic()
+        c.send_sized(1, int(os.environ["SIZED_BYTES"]), tag=4)
+        c.recv(1)
+    else:
+        src, tag, data = c.recv_msg(0, 4)
+        out["got"] = time.monotonic()
+        out["msg"] = [src, tag, data.hex()]
+        c.send(0, b"ack")
 elif scenario == "standing":
     if r == 0:
         for t, word in ((1, b"one"), (2, b"two"), (3, b"three")):
@@ -497,6 +509,63 @@ def test_a_links_latency_counts_from_the_send_not_from_the_relay(cluster_factory
     _, r1 = results(cl.worker("stamped", "j", [0, 1], TB_LINK_LATENCY_S="0.04"))
     # Never before it is due (the receiver holds it); 70 ms would mean the delay counted from the relay.
     assert 0.040 <= r1["delay"] < 0.065, r1
+
+
+def test_a_sized_message_takes_the_declared_bytes_link_time_and_arrives_empty(cluster_factory) -> None:
+    # The mpi kind's mirror declares an MPI message's size instead of carrying zeros (apps/wire.py, SIZED):
+    # the link transmits the declared bytes (bandwidth) and the NIC counts them; the receiver gets an empty
+    # payload. 5 ms + 50,000 B at 1 MB/s: due 55 ms after the send; 5 ms would mean the count was ignored.
+    n = 50_000
+    cl = cluster_factory(2, per_node={1: {"latency_s": 0.005, "bandwidth_Bps": 1e6}})
+    tries = iter(range(1, 10))
+
+    def run():
+        r0, r1 = results(
+            cl.worker("sized", f"j{next(tries)}", [0, 1], SIZED_BYTES=n, TB_LINK_LATENCY_S="0.005")
+        )
+        assert r1["msg"] == [0, 4, ""], r1
+        delay = r1["got"] - r0["sent"]
+        assert delay >= 0.055, delay  # stamped: never before it is due, however quiet the host
+        return delay
+
+    measured(
+        run,
+        lambda d: d < 0.085,
+        why="30 ms above the emulated 55 ms for the relays; other tests on the 2 cores can delay one message",
+    )
+    s1 = cl.on_loop(1, cl.nics[1].stats)
+    assert s1["messages_in"] == s1["messages_out"]
+    assert s1["bytes_in"] == s1["bytes_out"] == n * s1["messages_in"]
+
+
+def test_a_malformed_sized_frame_closes_its_connection_with_a_logged_line(cluster_factory, caplog) -> None:
+    # A SIZED DATA frame's body is its 8-byte count (after the STAMP when stamped): one too short for it,
+    # or longer, is refused as other malformed frames are, and the NIC goes on.
+    import logging
+    import socket
+
+    from testbed.apps.wire import DATA, HEADER, PEER, SIZE, SIZED, STAMP, STAMPED, split_address
+
+    cl = cluster_factory(2)
+    host, port = split_address(cl.addrs[1])
+    peer = f"j\n{cl.addrs[0]}".encode()
+    bad = [
+        (SIZED, b"abc"),  # 3 bytes for an 8-byte count
+        (SIZED | STAMPED, STAMP.pack(0.0)),  # a stamp and no count
+        (SIZED, SIZE.pack(10) + b"x"),  # a count and a byte of payload
+    ]
+    with caplog.at_level(logging.WARNING, logger="testbed.emulator.nic"):
+        for mode, body in bad:
+            with socket.create_connection((host, port), timeout=5) as s:
+                s.sendall(HEADER.pack(len(peer), PEER, 0, 0, 0, 1, 0) + peer)
+                s.sendall(HEADER.pack(len(body), DATA, mode, 0, 0, 1, 0) + body)
+                assert s.recv(1) == b""  # closed by the NIC
+    refused = [r.getMessage() for r in caplog.records if "sized DATA frame" in r.getMessage()]
+    assert len(refused) == 3, refused
+    assert "closing connection from j:0: a sized DATA frame with 3 bytes for its 8-byte count" in refused[0]
+    r0, _ = results(cl.worker("pingpong", "j2", [0, 1]))
+    assert r0["reply"] == "ping-pong"
+    assert cl.on_loop(1, cl.nics[1].stats)["messages_in"] == 1  # none of the refused frames counted
 
 
 def test_worker_exits_with_reason_when_nic_vanishes(cluster_factory) -> None:
