@@ -127,8 +127,9 @@ class Nas(Mpi):
 
     @classmethod
     def largest_message(cls, cfg: NasConfig, size: int) -> int | None:
-        """The largest send of the kernel's measured model on ``size`` ranks (its mirror carries the same
-        bytes, apps/mpi_wrap.py), or None without one."""
+        """The largest send of the kernel's measured model on ``size`` ranks, or None without one: a loose
+        bound on what its ranks send the NICs, since the mirror declares each message's size instead of
+        carrying its bytes (apps/wire.py SIZE: 8-16 bytes a frame)."""
         ranks = measured(cfg.kernel, cfg.npb_class, size)
         if ranks is None:
             return None
