@@ -25,9 +25,9 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Iterator
-from typing import Literal
+from typing import Annotated, Literal, Union
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 from testbed.apps.base import (
     WORK_UNIT_S,
     Compute,
@@ -53,6 +53,18 @@ _HEADER = struct.Struct("<Id")
 _TAG = 0
 
 
+def _shape(v) -> str:
+    return "list[float]" if isinstance(v, list | tuple) else "float"
+
+
+#: phi: one number for every stage, or a list of one per stage, told apart by the value's shape: so a bad
+#: element of a list is one error (a plain union also said the whole list was not a number: two lines).
+WorkUnits = Annotated[
+    Union[Annotated[float, Tag("float")], Annotated[list[float], Tag("list[float]")]],  # noqa: UP007
+    Discriminator(_shape),
+]
+
+
 class VisionConfig(MessagingConfig):
     kind: Literal["vision"] = "vision"
     stages: list[Operation] = Field(
@@ -60,7 +72,7 @@ class VisionConfig(MessagingConfig):
         min_length=1,
         description=f"one operation per pipeline stage (process), from: {', '.join(OPERATIONS)}",
     )
-    work_units: float | list[float] = Field(
+    work_units: WorkUnits = Field(
         10.0, description="phi: work units (ms of CPU at rate 1.0) per frame, one for all stages or one each"
     )
     period_ms: float = Field(1000.0 / 30, gt=0, description="d: one frame every period_ms emulated ms")

@@ -25,6 +25,10 @@ from testbed.core.jobs import Job
 from testbed.schedulers.base import JobSpec
 from testbed.schedulers.divisible import Load, cost_ratio_problem, exec_time, fastest
 
+#: The most tasks a draw may give (arrivals x tasks_per_arrival.max): the arrivals' own bound times the
+#: paper's 10 tasks an arrival. Each task is a job drawn one by one: 10^12 tasks an arrival drew for ever.
+MAX_TASKS = 1_000_000
+
 
 class _Model(InputModel):
     """testbed/core/inputs.py says what every input model refuses."""
@@ -68,6 +72,13 @@ class DivisibleTasks(_Model):
         problem = cost_ratio_problem(self.cms, self.cps)
         if problem:
             raise ValueError(problem)
+        most = self.arrivals * self.tasks_per_arrival.max
+        if most > MAX_TASKS:
+            raise ValueError(
+                f"tasks_per_arrival.max: {self.arrivals} arrivals of up to {self.tasks_per_arrival.max} "
+                f"tasks each are up to {most} tasks, above the {MAX_TASKS} a workload may draw; lower "
+                "tasks_per_arrival.max or arrivals"
+            )
         return self
 
 

@@ -28,7 +28,7 @@ from pydantic import (
 
 from testbed.apps import registry as kinds
 from testbed.core.clock import auto_tdf
-from testbed.core.inputs import InputModel, cut, excerpt
+from testbed.core.inputs import InputModel, cut, cut_path, excerpt
 from testbed.core.kinds import ENVELOPE_KINDS, Fault, FaultKind, OnNodeDown
 from testbed.scenario.divisible import DivisibleTasks
 from testbed.scenario.localusers import LocalUsers
@@ -68,6 +68,10 @@ MAX_SEED = 2**63 - 1
 #: A node's power, idle or its busy slope, at most, watts: a megawatt is 25 full 40 kW racks, so anything
 #: above is a unit mistake; it also keeps E = (B + X u) N T finite (a node of 1e307 W wrote "Infinity").
 MAX_NODE_WATTS = 1e6
+#: The most nodes a cluster, or a group of its nodes, may have.
+MAX_NODES = 4096
+#: The most trace jobs ``workload.trace.skip`` and ``count`` may name.
+MAX_TRACE_JOBS = 10**9
 #: The longest name a scenario, job or variant may have: each names a folder or a file.
 MAX_NAME = 100
 _SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")
@@ -130,7 +134,7 @@ class NodeGroup(_Model):
     """``count`` alike nodes of a heterogeneous cluster (``cluster.groups``), numbered after the groups
     before them."""
 
-    count: int = Field(..., ge=1, le=4096)
+    count: int = Field(..., ge=1, le=MAX_NODES)
     cpu_rate: float = Field(
         1.0, ge=MIN_CPU_RATE, le=1.0, description="these nodes' CPU speed as a fraction of one host core"
     )
@@ -140,7 +144,7 @@ class NodeGroup(_Model):
 
 
 class ClusterConfig(_Model):
-    nodes: int = Field(16, ge=1, le=4096)
+    nodes: int = Field(16, ge=1, le=MAX_NODES)
     cores_per_node: int = Field(1, ge=1, le=64)
     cpu_rate: float = Field(
         1.0, ge=MIN_CPU_RATE, le=1.0, description="node CPU speed as a fraction of one host core"
@@ -183,11 +187,12 @@ class ClusterConfig(_Model):
     @model_validator(mode="before")
     @classmethod
     def _nodes_from_groups(cls, v):
-        # Groups without cluster.nodes: the node count is their sum (when the counts are whole numbers;
-        # otherwise the groups' own check names the bad count).
+        # Groups without cluster.nodes: the node count is their sum (when the counts are whole numbers in
+        # range; otherwise the groups' own check names the bad count, alone: a count of 2^64 was a second
+        # line about cluster.nodes, which the user never wrote).
         if isinstance(v, dict) and "nodes" not in v and isinstance(v.get("groups"), list | tuple):
             counts = [g.get("count") if isinstance(g, dict) else None for g in v["groups"]]
-            if counts and all(type(c) is int and c >= 1 for c in counts):
+            if counts and all(type(c) is int and 1 <= c <= MAX_NODES for c in counts):
                 v = {**v, "nodes": sum(counts)}
         return v
 
@@ -460,8 +465,12 @@ class TraceReplay(_Model):
     the run time in all, at rate 1.0; the app's other fields, such as a barrier per iteration, kept)."""
 
     path: str = Field(..., description="the .swf or .swf.gz file; relative to the scenario file's folder")
-    skip: int = Field(0, ge=0, description="trace jobs skipped first")
-    count: int | None = Field(None, ge=1, description="jobs replayed after the skipped ones (null: all)")
+    # Bounded: the trace is read through itertools.islice, which takes at most sys.maxsize (a skip of 2^64
+    # was a ValueError traceback); no trace of the Parallel Workloads Archive has a billion jobs.
+    skip: int = Field(0, ge=0, le=MAX_TRACE_JOBS, description="trace jobs skipped first")
+    count: int | None = Field(
+        None, ge=1, le=MAX_TRACE_JOBS, description="jobs replayed after the skipped ones (null: all)"
+    )
     time_scale: float = Field(1.0, gt=0, description="multiplies arrival times and run times")
     arrival_scale: float = Field(
         1.0, gt=0, description="multiplies arrival times only: below 1 packs the same jobs closer (more load)"
@@ -850,6 +859,11 @@ def _format_errors(exc: ValidationError) -> list[str]:
                 )
             )
         )
+        # A union's member told apart by the value's shape (a vision job's work_units: a number or a list)
+        # sits inside the location of an error in that member: not a field the user wrote.
+        loc = tuple(
+            p for i, p in enumerate(loc) if not (0 < i < len(loc) - 1 and _UNION_MEMBER.match(str(p)))
+        )
         # A value that fits no member of a union (a number or 'auto') gets an error per member, each with
         # the member's type in its location: one field, so one line.
         while len(loc) > 1 and err["type"] not in _FIELD_ERRORS and _UNION_MEMBER.match(str(loc[-1])):
@@ -1063,7 +1077,7 @@ def _resolve_trace(doc: dict, base: Path) -> None:
         ) from None
     if not found:
         raise ScenarioError(
-            f"workload.trace.path: no file {cut(str(full), tail=True)}; give an SWF trace (.swf or .swf.gz)"
+            f"workload.trace.path: no file {cut_path(str(full))}; give an SWF trace (.swf or .swf.gz)"
         )
     trace["path"] = str(full)
 
