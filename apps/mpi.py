@@ -42,7 +42,7 @@ from testbed.apps.base import (
 )
 from testbed.apps.environ import MPICH_NO_LOCAL, JobEnv, NodeEnv
 
-from testbed.core.inputs import cut
+from testbed.core.inputs import cut_path
 
 if getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", "").endswith(
     "mechanism.forkserver"
@@ -111,7 +111,7 @@ class Mpi(ProgramKind):
             return [
                 (
                     "program",
-                    f"no file {cut(str(p), tail=True)}; give the path of your mpi4py program (.py)",
+                    f"no file {cut_path(str(p))}; give the path of your mpi4py program (.py)",
                 )
             ]
         return []

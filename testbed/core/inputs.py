@@ -20,27 +20,40 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 EXCERPT_CHARS = 60
 
 
-def cut(text: str, tail: bool = False) -> str:
+def cut(text: str) -> str:
     """``text`` as a message echoes it unquoted (a key in a field's path): its first
-    :data:`EXCERPT_CHARS` characters and "..." when longer; with ``tail``, "..." and its last ones (a
-    path, whose file name is what tells)."""
+    :data:`EXCERPT_CHARS` characters and "..." when longer."""
     if len(text) <= EXCERPT_CHARS:
         return text
-    return "..." + text[-EXCERPT_CHARS:] if tail else text[:EXCERPT_CHARS] + "..."
+    return text[:EXCERPT_CHARS] + "..."
 
 
-def excerpt(value: Any, tail: bool = False) -> str:
+#: The most characters of a path that names no file that a message echoes. A path is worth more than a
+#: value's excerpt (a user finds the mistake in the whole of it, and a scratch folder's path alone is 100
+#: characters), but within PATH_MAX (4096) it can still make a line of kilobytes.
+PATH_CHARS = 240
+
+
+def cut_path(path: str) -> str:
+    """``path`` whole up to :data:`PATH_CHARS`, else its start and its end (the file's name) around "..."."""
+    if len(path) <= PATH_CHARS:
+        return path
+    head = PATH_CHARS // 3
+    return path[:head] + "..." + path[head - PATH_CHARS :]
+
+
+def excerpt(value: Any) -> str:
     """``value`` as a message echoes it: a string quoted (its repr), anything else as its repr, each cut
-    to :data:`EXCERPT_CHARS` characters of the value and "..." (before them with ``tail``)."""
+    to :data:`EXCERPT_CHARS` characters of the value and "..." (a path: :func:`cut_path`)."""
     if isinstance(value, str):
         if len(value) <= EXCERPT_CHARS:
             return repr(value)
-        return "..." + repr(value[-EXCERPT_CHARS:]) if tail else repr(value[:EXCERPT_CHARS]) + "..."
+        return repr(value[:EXCERPT_CHARS]) + "..."
     try:
         text = repr(value)
     except ValueError:  # an int of more digits than Python converts (sys.get_int_max_str_digits)
         text = f"an {type(value).__name__} too long to show"
-    return cut(text, tail)
+    return cut(text)
 
 
 class InputModel(BaseModel):
