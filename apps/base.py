@@ -38,8 +38,7 @@ from testbed.apps.reports import DEADLINES_MET, DEADLINES_MISSED
 from testbed.apps.wire import SEND_WAITS as SEND_WAITS  # the wait modes: defined there, used here
 from testbed.apps.wire import WAIT_MODES as WAIT_MODES
 from testbed.apps.work import WORK_UNIT_S as WORK_UNIT_S  # the work unit: defined there (the worker's side)
-
-from testbed.core.inputs import InputModel
+from testbed.schedulers.inputs import InputModel
 
 if TYPE_CHECKING:
     from testbed.apps.worker import WorkerContext
@@ -50,7 +49,7 @@ WaitMode = Literal[WAIT_MODES]  # type: ignore[valid-type]
 
 class AppConfig(InputModel):
     """Base of every kind's config model: frozen, unknown fields, non-finite numbers and booleans for
-    numbers refused (testbed/core/inputs.py); errors name the field."""
+    numbers refused (schedulers/inputs.py); errors name the field."""
 
     kind: str
 
@@ -304,6 +303,14 @@ class ProgramKind:
         """The process counts within [lo, hi] a generator may draw for this config (a profile's), or
         [] for any."""
         return []
+
+    @classmethod
+    def compute_only(cls, cfg: AppConfig, size: int) -> float | None:
+        """The CPU work (seconds at rate 1.0) of each rank when the model is nothing but compute, the same
+        on every rank (no message, sleep, collective or progress: nothing the simulator must see between
+        the start and the end); None otherwise. The simulator then runs the job as one piece
+        (docs/architecture.md, "The simulator's job-level fast path")."""
+        return None
 
     @classmethod
     def with_work(cls, cfg: AppConfig, cpu_s: float, steps: int) -> AppConfig:

@@ -151,6 +151,19 @@ class Synthetic(ProgramKind):
         return cfg.model_copy(update={**fields, "profile": None})
 
     @classmethod
+    def compute_only(cls, cfg: SyntheticConfig, size: int) -> float | None:
+        """Without barrier or writes the model is ``iterations`` computes on every rank, back to back
+        (no Progress either: it reports only with a communication step)."""
+        if cfg.barrier or cfg.gio:
+            return None
+        step = cfg.gcomp * WORK_UNIT_S
+        if step < 1e-6:
+            # Rank by rank a step of at most the simulator's EPS counts as done without CPU: keep such
+            # tiny steps there rather than sum them.
+            return None
+        return cfg.iterations * step
+
+    @classmethod
     def ideal_runtime(cls, cfg: SyntheticConfig, cpu_rate: float = 1.0) -> float:
         """Runtime alone on dedicated nodes, ignoring message latency (emulated s)."""
         return cfg.iterations * (cfg.gcomp * WORK_UNIT_S / cpu_rate + cfg.gio * cfg.io_time_ms / 1000.0)

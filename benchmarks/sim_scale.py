@@ -6,6 +6,10 @@ peak resident memory:
 
 - sim_easy_s: batch with EASY backfilling (the scenario as shipped);
 - sim_gang_s: strict gang scheduling, MPL 3, 10-minute quanta;
+- sim_easy_1p_s, sim_gang_1p_s: the same two with each trace job one compute phase
+  (``workload.trace.app.barrier=false``: no barrier every 10 minutes), the jobs the simulator runs as one
+  piece each (docs/architecture.md, "The simulator's job-level fast path"); the shipped scenario's jobs,
+  with their barriers, run rank by rank;
 - ``*_cpu_s``: the same runs' CPU time (user + system), which another load on the host changes less.
 
 Targets (issue 8): sim_easy_s <= 30, sim_gang_s <= 60, sim_peak_rss_mb <= 1024, on a 2-core machine. A
@@ -13,7 +17,7 @@ baseline measured in the same run, a fixed pure-Python workload of the simulator
 events, small dicts, JSON lines), gives each time as a ratio too (``*_per_baseline``), to compare hosts or
 runs on a noisy machine.
 
-    python benchmarks/sim_scale.py [--jobs 10000] [--reps 1]
+    python benchmarks/sim_scale.py [--jobs 10000] [--reps 1] [--only easy,gang,easy-1p,gang-1p]
 
 The last line of output is one JSON object.
 """
@@ -34,6 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "trace-nasa.yaml"
 GANG = ["--set", "scheduler.name=gang", "--set", "scheduler.params={mpl: 3, quantum_ms: 600000}"]
+ONE_PHASE = ["--set", "workload.trace.app.barrier=false"]
+VARIANTS = {"easy": [], "gang": GANG, "easy-1p": ONE_PHASE, "gang-1p": [*GANG, *ONE_PHASE]}
 
 
 def baseline() -> float:
@@ -70,14 +76,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python benchmarks/sim_scale.py", description=doc)
     parser.add_argument("--jobs", type=int, default=10_000, help="trace jobs replayed (default 10000)")
     parser.add_argument("--reps", type=int, default=1, help="runs of each figure; the median is reported")
+    parser.add_argument("--only", default=",".join(VARIANTS), help="the figures to measure, comma-separated")
     args = parser.parse_args(argv)
+    names = [n for n in args.only.split(",") if n]
+    if unknown := [n for n in names if n not in VARIANTS]:
+        parser.error(f"--only: unknown {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
     common = ["--set", f"workload.trace.count={args.jobs}"]
     base = statistics.median(baseline() for _ in range(3))
-    figures: dict[str, list[float]] = {"easy": [], "gang": []}
-    cpu: dict[str, list[float]] = {"easy": [], "gang": []}
+    figures: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory(prefix="sim-scale-") as tmp:
         for rep in range(args.reps):
-            for name, extra in (("easy", []), ("gang", GANG)):
+            for name in names:
+                extra = VARIANTS[name]
                 out = Path(tmp) / f"{name}-{rep}"
                 t = time.perf_counter()
                 wall, used = run([*common, *extra], out)
@@ -85,25 +96,25 @@ def main(argv: list[str] | None = None) -> int:
                 cpu[name].append(used)
                 summary = json.loads((out / "summary.json").read_text())
                 print(
-                    f"{name:>4}: {wall:6.1f} s ({used:.1f} s CPU)  {summary['jobs']} jobs, "
+                    f"{name:>7}: {wall:6.1f} s ({used:.1f} s CPU)  {summary['jobs']} jobs, "
                     f"{summary['jobs_by_state']}, makespan {summary['makespan_s']:.0f} s "
                     f"({time.perf_counter() - t:.1f} s)",
                     flush=True,
                 )
     # The largest peak resident memory of the children (each run is one process: no Ray in the simulator).
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
-    easy, gang = statistics.median(figures["easy"]), statistics.median(figures["gang"])
-    result = {
-        "sim_easy_s": round(easy, 2),
-        "sim_gang_s": round(gang, 2),
-        "sim_easy_cpu_s": round(statistics.median(cpu["easy"]), 2),
-        "sim_gang_cpu_s": round(statistics.median(cpu["gang"]), 2),
+    result: dict = {}
+    for name in names:
+        key = name.replace("-", "_")
+        wall = statistics.median(figures[name])
+        result[f"sim_{key}_s"] = round(wall, 2)
+        result[f"sim_{key}_cpu_s"] = round(statistics.median(cpu[name]), 2)
+        result[f"sim_{key}_per_baseline"] = round(wall / base, 1)
+    result |= {
         "sim_peak_rss_mb": round(peak, 1),
         "jobs": args.jobs,
         "nodes": 1000,
         "baseline_s": round(base, 3),
-        "sim_easy_per_baseline": round(easy / base, 1),
-        "sim_gang_per_baseline": round(gang / base, 1),
         "targets": {"sim_easy_s": 30, "sim_gang_s": 60, "sim_peak_rss_mb": 1024},
     }
     print(json.dumps(result))

@@ -38,6 +38,7 @@ recomputed only when something on that node changes.
 
 from __future__ import annotations
 
+import enum
 import heapq
 import math
 import time
@@ -81,6 +82,7 @@ from testbed.schedulers.base import (
     Timer,
 )
 from testbed.schedulers.cfs import cfs_weight
+from testbed.schedulers.gang import GangGlobal, GangLocal
 
 if TYPE_CHECKING:
     from testbed.scenario import Scenario
@@ -97,7 +99,33 @@ STALL_LIMIT = 20_000  # periodic events in a row with nothing else pending: noth
 _SUBMIT, _COMPLETE, _IO_DONE, _MSG, _SPIN_END, _TICK, _SLOT, _TIMER, _ACK, _ACK_SPIN_END, _FAULT, _COOP = (
     range(12)
 )
+_FLUID_END = 12  # a job on the job-level fast path ends (:class:`_Fluid`)
 _PERIODIC = (_TICK, _SLOT, _TIMER)
+
+
+class _FastPath(enum.Enum):
+    """When the ranks of a job on the job-level fast path run (:class:`_Fluid`)."""
+
+    ALWAYS = enum.auto()  # from start to end: an exclusive allocation, every process running (batch)
+    BY_SLOT = enum.auto()  # while the latest slot allows the job: strict gang, every node switching at once
+
+
+def _fast_path(
+    scheduler: type[Scheduler], gp: GlobalPolicy, skew: float, jobs: Sequence[Job]
+) -> _FastPath | None:
+    """Whether the policies guarantee a running rank its node's whole CPU, and when it runs. None where
+    they do not (several processes share a node, a local user's session may join one, a policy wants each
+    quantum's CPU use or hears of messages): every job then runs rank by rank."""
+    if type(gp).wants_utilization or any(j.spec.owner_node is not None for j in jobs):
+        return None
+    local = scheduler.local_policy
+    if local is RunAll and gp.max_jobs_per_node() == 1:
+        return _FastPath.ALWAYS
+    if local is GangLocal and type(gp) is GangGlobal and skew == 0:
+        # One job per node and slot (the matrix's cells), every node of a job allowed by the same
+        # Dispatch, and with no skew every node switches at the same instant (one heap entry).
+        return _FastPath.BY_SLOT
+    return None
 
 
 class _JobRun:
@@ -168,9 +196,38 @@ class _Process:
         return self.allowed and (type(self.op) is Compute or self.spinning or self.ack_spin)
 
 
+class _Fluid:
+    """A job on the job-level fast path (docs/architecture.md, "The simulator's job-level fast path"): its
+    program is compute only, the same on every rank (``ProgramKind.compute_only``), and each of its ranks
+    is alone on its node's CPU whenever it runs, every node of the job at the same rate. Its ranks then
+    move in lockstep, so the job is one piece: its work left is advanced analytically between its state
+    changes (start, stop and continue under gang, end), each one heap event at most, none per rank."""
+
+    __slots__ = ("job", "nodes", "rate", "left", "running", "since", "ran", "ver", "dead")
+
+    def __init__(self, job: Job, nodes: list[_Node], work: float, now: float) -> None:
+        self.job = job
+        self.nodes = nodes  # rank r runs on nodes[r]
+        self.rate = nodes[0].rate
+        self.left = work  # CPU work left on each rank (CPU-seconds at rate 1)
+        self.running = False
+        self.since = now  # time up to which ``left`` and ``ran`` are advanced
+        self.ran = 0.0  # emulated seconds each rank has held its CPU
+        self.ver = 0  # end events of older versions are stale
+        self.dead: set[int] = set()  # ranks already ended (their node went down)
+
+    def advance(self, now: float) -> None:
+        if self.running:
+            dt = now - self.since
+            self.ran += dt
+            self.left -= dt * self.rate
+        self.since = now
+
+
 class _Node:
     __slots__ = ("idx", "policy", "rate", "msg_events", "procs", "queue", "last", "active", "shares", "ver",
-                 "due", "finishing", "timer_ver", "src", "lazy_slots", "pending_slot")  # fmt: skip
+                 "due", "finishing", "timer_ver", "src", "lazy_slots", "pending_slot", "fluid",
+                 "slot_allowed")  # fmt: skip
 
     def __init__(self, idx: int, policy: LocalPolicy, rate: float) -> None:
         self.idx = idx
@@ -191,6 +248,8 @@ class _Node:
         # node (LocalPolicy.slot_start_keeps_latest_only), not at every quantum.
         self.lazy_slots = bool(type(policy).slot_start_keeps_latest_only)
         self.pending_slot: SlotStart | None = None
+        self.fluid: dict[str, _Fluid] = {}  # jobs on the fast path with a live rank here
+        self.slot_allowed: frozenset[str] = frozenset()  # the jobs the latest slot lets run here
 
 
 class Simulation:
@@ -221,11 +280,13 @@ class Simulation:
         on_node_down: OnNodeDown = OnNodeDown.FAIL,
         sink: Callable[[dict], Any] | None = None,
         wall_limit_s: float | None = None,
+        fast_path: bool = True,
     ) -> None:
         """``sink(record)`` receives each event as it happens (e.g. a file, so that a run of millions of
         events, or an interrupted one, keeps its log without holding it); by default they are kept in
         :attr:`events`. ``node_info`` gives each node's rate and memory (a heterogeneous cluster); without
-        it every node has ``cpu_rate`` and ``node_memory_mb``."""
+        it every node has ``cpu_rate`` and ``node_memory_mb``. ``fast_path=False`` runs every job rank by
+        rank (:class:`_Fluid`; the tests check that the two agree)."""
         if nodes < 1:
             raise ValueError(f"nodes: a cluster needs at least 1 node, got {nodes}")
         if not cpu_rate > 0:
@@ -274,7 +335,9 @@ class Simulation:
         self._nonperiodic = 0  # non-periodic events in the heap
         self._dirty: dict[int, _Node] = {}
         self._pending_nodes: dict[int, _Node] = {}  # nodes with local events to feed
-        self._exits: deque[_Process] = deque()  # processes that ended by themselves, told to the core
+        self._exits: deque[tuple[str, int]] = deque()  # (job, rank) that ended by themselves, for the core
+        self._fast = _fast_path(scheduler, self.gp, self.skew, jobs) if fast_path else None
+        self.fluid: dict[str, _Fluid] = {}  # the running jobs on the fast path
         self._tick_at: float | None = None
         self._tick_ver = 0
         self._asked_global = False
@@ -355,6 +418,7 @@ class Simulation:
             _ACK_SPIN_END: self._on_ack_spin_end,
             _FAULT: self._on_fault,
             _COOP: self._on_coop,
+            _FLUID_END: self._on_fluid_end,
         }
         stall_reason = None
         deadline = None if self.wall_limit_s is None else time.monotonic() + self.wall_limit_s
@@ -442,6 +506,8 @@ class Simulation:
         self._asked_global = True  # its next tick may have moved
 
     def launch(self, job: Job, nodes: tuple[int, ...]) -> None:
+        if self._fast is not None and self._launch_fluid(job, nodes):
+            return
         r = _JobRun(job)
         self.runs[job.job_id] = r
         placed = [self.nodes[n] for n in nodes] + ([self.head] if job.kind.head else [])
@@ -457,6 +523,11 @@ class Simulation:
             self._feed(node, ProcAdded(p.proc, job.spec, local=job.spec.owner_node is not None))
 
     def kill(self, job: Job, nodes: tuple[int, ...], reason: str) -> None:
+        f = self.fluid.get(job.job_id)
+        if f is not None:
+            self._fluid_set(f, False)  # accounts its CPU up to now
+            self._fluid_exit(f, -9, f"killed: {reason}")
+            return
         r = self.runs.pop(job.job_id, None)
         if r is None:
             return
@@ -491,6 +562,82 @@ class Simulation:
         for effect, switches in by_time.items():
             self._push(effect, _SLOT, switches, d.slot, d.at)
 
+    # ----------------------------------------------------------------------------------------------------
+    # The job-level fast path (:class:`_Fluid`)
+
+    def _launch_fluid(self, job: Job, nodes: tuple[int, ...]) -> bool:
+        """Starts ``job`` as one piece if it can run so; False when it must run rank by rank."""
+        if job.kind.head:
+            return False
+        placed = [self.nodes[n] for n in nodes]
+        rate = placed[0].rate
+        if any(node.rate != rate for node in placed):
+            return False  # ranks at different rates drift apart
+        work = job.kind.compute_only(job.app, len(placed))
+        if work is None or not work > EPS:
+            # A job of no work ends within its start's instant rank by rank, before the core hears of
+            # anything else: one piece would end one heap event later.
+            return False
+        running = True
+        if self._fast is _FastPath.BY_SLOT:
+            # GangLocal runs a new process iff the latest slot allowed its job on its node; one answer
+            # for every node of the job, or the ranks would drift apart.
+            running = job.job_id in placed[0].slot_allowed
+            if any((job.job_id in node.slot_allowed) != running for node in placed):
+                return False
+        job_id = job.job_id
+        f = _Fluid(job, placed, work, self.now)
+        self.fluid[job_id] = f
+        for rank, node in enumerate(placed):
+            node.fluid[job_id] = f
+            self._emit(node.src, ev.PROC_STARTED, self.now, job=job_id, rank=rank, node=node.idx, pid=None)
+        self._fluid_set(f, running)
+        return True
+
+    def _fluid_set(self, f: _Fluid, running: bool) -> None:
+        """Starts or stops ``f``'s ranks, all at once; a start plans its end."""
+        if running == f.running:
+            return
+        f.advance(self.now)
+        f.running = running
+        f.ver += 1
+        if running:
+            self._push(self.now + max(0.0, f.left) / f.rate, _FLUID_END, f, f.ver)
+
+    def _on_fluid_end(self, f: _Fluid, ver: int) -> None:
+        if ver != f.ver or self.fluid.get(f.job.job_id) is not f:
+            return
+        f.advance(self.now)
+        f.left = 0.0
+        live = [rank for rank in range(len(f.nodes)) if rank not in f.dead]
+        self._fluid_exit(f, 0, None)
+        job_id = f.job.job_id
+        self._exits.extend((job_id, rank) for rank in live)
+
+    def _fluid_exit(self, f: _Fluid, code: int, reason: str | None) -> None:
+        """Takes ``f`` off its nodes and logs its live ranks' ends, as :meth:`_ended` logs a process's."""
+        job_id = f.job.job_id
+        f.running = False
+        f.ver += 1
+        del self.fluid[job_id]
+        cpu_s = f.ran * f.rate
+        for rank, node in enumerate(f.nodes):
+            if rank in f.dead:
+                continue
+            del node.fluid[job_id]
+            self._emit(node.src, ev.PROC_EXITED, self.now, job=job_id, rank=rank, node=node.idx,
+                       code=code, cpu_s=cpu_s, reason=reason)  # fmt: skip
+
+    def _fluid_node_down(self, node: _Node, reason: str) -> None:
+        """The ranks on ``node`` of jobs on the fast path die with it (the core then ends their jobs)."""
+        for job_id, f in list(node.fluid.items()):
+            f.advance(self.now)
+            rank = f.nodes.index(node)
+            f.dead.add(rank)
+            del node.fluid[job_id]
+            self._emit(node.src, ev.PROC_EXITED, self.now, job=job_id, rank=rank, node=node.idx,
+                       code=-9, cpu_s=f.ran * f.rate, reason=f"killed: {reason}")  # fmt: skip
+
     def _on_fault(self, node: int, what: FaultKind) -> None:
         if what == FaultKind.UP:
             self.core.node_up(self.now, node)
@@ -498,6 +645,7 @@ class Simulation:
         if node in self.core.down:
             return
         reason = ev.SCRIPTED_FAULT
+        self._fluid_node_down(self.nodes[node], f"node {node} went down ({reason})")
         for p in list(self.nodes[node].procs.values()):
             self._kill(p, f"node {node} went down ({reason})")
         self.core.node_down(self.now, node, reason)
@@ -511,9 +659,8 @@ class Simulation:
                 self._drain(self._pending_nodes.pop(n))
                 continue
             if self._exits:
-                p = self._exits.popleft()
-                job_id = p.proc.job_id
-                self.core.rank_exited(self.now, job_id, p.rank, ok=True)
+                job_id, rank = self._exits.popleft()
+                self.core.rank_exited(self.now, job_id, rank, ok=True)
                 if self.core.jobs[job_id].state in FINAL:
                     self.runs.pop(job_id, None)
                 continue
@@ -665,12 +812,22 @@ class Simulation:
 
     def _on_slot(self, switches: list[tuple[_Node, frozenset[str]]], slot: int, at: float) -> None:
         late_ms = (self.now - at) * 1000.0
+        by_slot = self._fast is _FastPath.BY_SLOT
+        fluid: dict[str, tuple[_Fluid, bool]] = {}
         for node, allowed in switches:
-            if node.lazy_slots and not node.procs and not node.queue:
-                # Nothing runs here to switch: the policy hears of the slot when something next happens
-                # on the node, and the log records switches of nodes that had something to switch.
+            node.slot_allowed = allowed
+            if by_slot and node.fluid:
+                # A job on the fast path switches once however many of its nodes switch: with no skew
+                # one Dispatch reaches all of them at this instant, with the same answer for the job.
+                fluid.update((job_id, (f, job_id in allowed)) for job_id, f in node.fluid.items())
+            lazy = node.lazy_slots and not node.procs and not node.queue
+            if lazy:
+                # No process here for the policy to switch: it hears of the slot when something next
+                # happens on the node, and the log records switches of nodes that had something to
+                # switch (a fast-path job's rank counts, as its process would).
                 node.pending_slot = SlotStart(slot, allowed)
-                continue
+                if not node.fluid:
+                    continue
             self._emit(
                 node.src,
                 ev.SLOT_SWITCH,
@@ -684,7 +841,18 @@ class Simulation:
             )
             if self._util:
                 self._report_utilization(node)
-            self._feed(node, SlotStart(slot, allowed))
+            if not lazy:
+                self._feed(node, SlotStart(slot, allowed))
+        for f, running in fluid.values():
+            if not running and f.running:
+                f.advance(self.now)
+                if f.left <= EPS:
+                    # Its work ends at this very instant: it ends now, not a quantum later. Rank by rank
+                    # the order of the two heap events decides, i.e. floating-point rounding (see the
+                    # docs' section on this path).
+                    self._on_fluid_end(f, f.ver)
+                    continue
+            self._fluid_set(f, running)
 
     def _report_utilization(self, node: _Node) -> None:
         """The quantum ends on ``node``: each process that ran in it reports its CPU share over it."""
@@ -888,7 +1056,7 @@ class Simulation:
         self._ended(p, 0, None)
         node.queue.append(ProcExited(p.proc))
         self._pending_nodes[node.idx] = node
-        self._exits.append(p)
+        self._exits.append((p.proc.job_id, p.rank))
 
 
 def _options(scn: Scenario) -> dict[str, Any]:
