@@ -52,6 +52,9 @@ from .params import MAX_ROWS, MIN_QUANTUM_MS, PolicyParams, param, rule_error
 from .placement import MemoryAwareParams, NodeMemory, contiguous_block, oversize_reason
 
 RT, BE = "rt", "be"
+#: The most one class's share of the cluster may outweigh the other's (fairness_x:fairness_y either way);
+#: the paper's ratios are 1:1 to 4:1.
+MAX_FAIRNESS_RATIO = 1e6
 _NICE = {"noun": "a whole nice value", "ge": NICE_MIN, "le": NICE_MAX}
 _MS = "a number of milliseconds"
 _US = "a number of microseconds"
@@ -74,6 +77,20 @@ class MulticlassParams(MemoryAwareParams):
     context_switch_us: float = param(200.0, "ω: cost of a context switch", noun=_US, ge=0)
     sync_ms: float = param(1.0, "δ: cost of a global synchronisation", noun=_MS, ge=0)
     interrupt_us: float = param(50.0, "cost of the interrupt that unblocks a receiver", noun=_US, ge=0)
+
+    @model_validator(mode="after")
+    def _ratio(self):
+        # Each class keeps a share a float can hold: fairness_x 1e300 made RT's share x/(x+y) exactly 1.0,
+        # BE's 0, and 2DCS-PS's virtual time divided by it mid-run (ZeroDivisionError).
+        x, y = self.fairness_x, self.fairness_y
+        if max(x, y) / min(x, y) > MAX_FAIRNESS_RATIO:
+            only_y = "fairness_x" not in self.model_fields_set and "fairness_y" in self.model_fields_set
+            raise rule_error(
+                "fairness_y" if only_y else "fairness_x",
+                f"splits the cluster {x:g}:{y:g} between RT and BE, beyond {MAX_FAIRNESS_RATIO:g}:1 "
+                "(the smaller class's share would vanish); bring fairness_x and fairness_y closer",
+            )
+        return self
 
     def rt_share(self) -> float:
         return self.fairness_x / (self.fairness_x + self.fairness_y)
