@@ -38,8 +38,7 @@ from testbed.apps.reports import DEADLINES_MET, DEADLINES_MISSED
 from testbed.apps.wire import SEND_WAITS as SEND_WAITS  # the wait modes: defined there, used here
 from testbed.apps.wire import WAIT_MODES as WAIT_MODES
 from testbed.apps.work import WORK_UNIT_S as WORK_UNIT_S  # the work unit: defined there (the worker's side)
-
-from testbed.core.inputs import InputModel
+from testbed.schedulers.inputs import InputModel
 
 if TYPE_CHECKING:
     from testbed.apps.worker import WorkerContext
@@ -50,7 +49,7 @@ WaitMode = Literal[WAIT_MODES]  # type: ignore[valid-type]
 
 class AppConfig(InputModel):
     """Base of every kind's config model: frozen, unknown fields, non-finite numbers and booleans for
-    numbers refused (testbed/core/inputs.py); errors name the field."""
+    numbers refused (schedulers/inputs.py); errors name the field."""
 
     kind: str
 

@@ -41,8 +41,7 @@ from testbed.apps.base import (
     SimContext,
 )
 from testbed.apps.environ import MPICH_NO_LOCAL, JobEnv, NodeEnv
-
-from testbed.core.inputs import cut_path
+from testbed.schedulers.inputs import cut_path
 
 if getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", "").endswith(
     "mechanism.forkserver"

@@ -30,8 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from testbed.apps.work import WORK_UNIT_S
-
-from testbed.core.inputs import excerpt
+from testbed.schedulers.inputs import excerpt
 
 #: Profile run time (compute only, dedicated) as a fraction of table 2's class-A execution time.
 TIME_SCALE = 0.25

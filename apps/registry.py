@@ -8,7 +8,7 @@ import functools
 import importlib
 from importlib.metadata import entry_points
 
-from testbed.core.inputs import excerpt
+from testbed.schedulers.inputs import excerpt
 
 from .base import ProgramKind
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
-from testbed.core.inputs import cut, excerpt
+from .inputs import cut, excerpt
 
 #: The pydantic error type of a cross-field rule (:func:`rule_error`).
 RULE = "param_rule"

@@ -7,9 +7,8 @@ import functools
 import importlib
 from importlib.metadata import entry_points
 
-from testbed.core.inputs import excerpt
-
 from .base import Scheduler
+from .inputs import excerpt
 
 _BUILTIN = {
     "batch": "testbed.schedulers.batch:Batch",

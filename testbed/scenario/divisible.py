@@ -20,10 +20,10 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from testbed.apps.divisible import DivisibleConfig
-from testbed.core.inputs import InputModel
 from testbed.core.jobs import Job
 from testbed.schedulers.base import JobSpec
 from testbed.schedulers.divisible import Load, cost_ratio_problem, exec_time, fastest
+from testbed.schedulers.inputs import InputModel
 
 #: The most tasks a draw may give (arrivals x tasks_per_arrival.max): the arrivals' own bound times the
 #: paper's 10 tasks an arrival. Each task is a job drawn one by one: 10^12 tasks an arrival drew for ever.
@@ -31,7 +31,7 @@ MAX_TASKS = 1_000_000
 
 
 class _Model(InputModel):
-    """testbed/core/inputs.py says what every input model refuses."""
+    """schedulers/inputs.py says what every input model refuses."""
 
 
 class TaskCount(_Model):

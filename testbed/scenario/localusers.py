@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from testbed.apps.localuser import MAX_SESSION_S
-from testbed.core.inputs import InputModel
+from testbed.schedulers.inputs import InputModel
 
 #: The paper's session lengths: two-stage hyper-exponential means (s) and weights.
 PAPER_MEANS_S = (600.0, 3600.0)
@@ -35,7 +35,7 @@ LOCAL_STREAM = 4004
 
 
 class _Model(InputModel):
-    """testbed/core/inputs.py says what every input model refuses."""
+    """schedulers/inputs.py says what every input model refuses."""
 
 
 class SessionLengths(_Model):

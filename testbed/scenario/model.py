@@ -28,13 +28,13 @@ from pydantic import (
 
 from testbed.apps import registry as kinds
 from testbed.core.clock import auto_tdf
-from testbed.core.inputs import InputModel, cut, cut_path, excerpt
 from testbed.core.kinds import ENVELOPE_KINDS, Fault, FaultKind, OnNodeDown
 from testbed.scenario.divisible import DivisibleTasks
 from testbed.scenario.localusers import LocalUsers
 from testbed.scenario.localusers import ids as local_user_ids
 from testbed.schedulers import registry
 from testbed.schedulers.base import NodeInfo, PolicyConfigError
+from testbed.schedulers.inputs import InputModel, cut, cut_path, excerpt
 
 
 class ScenarioError(ValueError):
@@ -103,7 +103,7 @@ BoundedName = Annotated[str, AfterValidator(_bounded_name)]
 
 
 class _Model(InputModel):
-    """The scenario's sections: testbed/core/inputs.py says what every input model refuses."""
+    """The scenario's sections: schedulers/inputs.py says what every input model refuses."""
 
 
 class PowerModel(_Model):

@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 from testbed.apps import registry as kinds
 from testbed.schedulers import registry
+from testbed.schedulers.inputs import excerpt
 
 from testbed.core.backend import PreflightError, wall_limit_reached
-from testbed.core.inputs import excerpt
 from testbed.scenario import Scenario, ScenarioError, load
 from testbed.scenario.model import MAX_ALIASES, MAX_SCENARIO_BYTES, SchedulerConfig, apply_override
 
@@ -337,7 +337,7 @@ BIG = "x" * 200_000
 )
 def test_a_huge_value_is_echoed_as_a_bounded_excerpt(where, doc):
     # A 200,000-character value came back as one line of 200 KB: every echo is cut to EXCERPT_CHARS.
-    from testbed.core.inputs import EXCERPT_CHARS
+    from testbed.schedulers.inputs import EXCERPT_CHARS
 
     full = {"name": "b", "workload": {"jobs": [{"size": 1}]}}
     full.update(copy.deepcopy(doc))

@@ -4,7 +4,11 @@
 
 One definition, so that every such model refuses the same things: unknown fields, non-finite numbers, and
 a boolean given for a number. Pydantic's lax mode takes ``true`` as 1 (``nodes: true`` was a cluster of one
-node), but a boolean where a number belongs is a mistake in the file.
+node), but a boolean where a number belongs is a mistake in the file. Also here: how an error message
+echoes a user's value (:func:`excerpt`, :func:`cut`, :func:`cut_path`), which every layer uses.
+
+It lives in the bottom layer, beside the policies' own parameter base, because every layer above reads
+input and echoes it: schedulers/ imports nothing of the testbed (docs/architecture.md, "Layers").
 """
 
 from __future__ import annotations
