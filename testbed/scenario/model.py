@@ -70,6 +70,12 @@ MAX_SEED = 2**63 - 1
 MAX_NODE_WATTS = 1e6
 #: The most nodes a cluster, or a group of its nodes, may have.
 MAX_NODES = 4096
+#: How many times its mean a generated job's length is planned for: an exponential draw is longer with
+#: probability e^-10.
+LONG_DRAW = 10.0
+#: The most a trace's or the Lublin model's times may be stretched (time_scale, arrival_scale): a day
+#: becomes 2,700 years; 1e300 made their arrival times infinite.
+MAX_TIME_SCALE = 1e6
 #: The most trace jobs ``workload.trace.skip`` and ``count`` may name.
 MAX_TRACE_JOBS = 10**9
 #: The longest name a scenario, job or variant may have: each names a folder or a file.
@@ -410,6 +416,26 @@ class PoissonGenerator(_Model):
                     f"NAS kernel's class), but class(es) {', '.join(bare)} have none: give them app: "
                     f"{{profile: ...}} or use another dist"
                 )
+            return self
+        # A class's program stretched to the lengths the generator draws must stay a config its kind takes
+        # (with_duration bypasses the model): gcomp 1e-9 made a 1 s job 10^12 iterations of a step the
+        # simulator counts as no time, and it ran past its wall limit for ever.
+        length = self.duration.mean_s * (1 if self.duration.dist == "fixed" else LONG_DRAW)
+        for i, c in enumerate(self.classes):
+            try:
+                stretched = kinds.get(c.app.kind).with_duration(c.app, length)
+            except NotImplementedError:
+                continue  # the kind says so when the workload is built
+            try:
+                type(c.app).model_validate(stretched.model_dump())
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                field = ".".join(str(p) for p in err["loc"]) or "app"
+                raise ValueError(
+                    f"workload.generator.classes.{i}.app.{field}: a job of {length:g} s (duration.mean_s x "
+                    f"{LONG_DRAW:g}, a draw to plan for) makes it {excerpt(err.get('input'))}: {err['msg']}; "
+                    "give the program more work per step (gcomp, period_ms), or shorten duration.mean_s"
+                ) from None
         return self
 
 
@@ -428,10 +454,16 @@ class LublinGenerator(_Model):
         "own parameters (job_class batch or interactive)",
     )
     time_scale: float = Field(
-        1.0, gt=0, description="multiplies arrival times and run times (0.001: hours become seconds)"
+        1.0,
+        gt=0,
+        le=MAX_TIME_SCALE,
+        description="multiplies arrival times and run times (0.001: hours become seconds)",
     )
     arrival_scale: float = Field(
-        1.0, gt=0, description="multiplies arrival times only: below 1 packs the same jobs closer (more load)"
+        1.0,
+        gt=0,
+        le=MAX_TIME_SCALE,
+        description="multiplies arrival times only: below 1 packs the same jobs closer (more load)",
     )
     start_hour: int = Field(8, ge=0, le=23, description="the time of day the arrivals start at")
     step_s: float = Field(
@@ -471,9 +503,14 @@ class TraceReplay(_Model):
     count: int | None = Field(
         None, ge=1, le=MAX_TRACE_JOBS, description="jobs replayed after the skipped ones (null: all)"
     )
-    time_scale: float = Field(1.0, gt=0, description="multiplies arrival times and run times")
+    time_scale: float = Field(
+        1.0, gt=0, le=MAX_TIME_SCALE, description="multiplies arrival times and run times"
+    )
     arrival_scale: float = Field(
-        1.0, gt=0, description="multiplies arrival times only: below 1 packs the same jobs closer (more load)"
+        1.0,
+        gt=0,
+        le=MAX_TIME_SCALE,
+        description="multiplies arrival times only: below 1 packs the same jobs closer (more load)",
     )
     size_scale: float = Field(
         1.0, gt=0, description="multiplies each job's processors (at least 1, at most the cluster)"
