@@ -88,7 +88,9 @@ class SyntheticConfig(MessagingConfig):
     iterations: int = Field(10, ge=1, le=MAX_ITERATIONS, description="compute / I/O / communication rounds")
     gcomp: float = Field(100.0, ge=0, description="work units of CPU per iteration (1 unit = 1 ms at rate 1)")
     gio: int = Field(0, ge=0, description="real file writes per iteration")
-    io_bytes: int = Field(8193, ge=1, description="bytes per write")
+    # At most the I/O file's size: each write's block is allocated whole (1e12 bytes was a MemoryError in
+    # every worker of a real run, which validate and the simulator took).
+    io_bytes: int = Field(8193, ge=1, le=IO_FILE_CAP, description="bytes per write")
     io_time_ms: float = Field(1.0, ge=0, description="emulated ms each write takes at least")
     barrier: bool = Field(True, description="false: no communication step at all")
     pattern: Literal["barrier", "ring", "neighbour", "alltoall", "rank0"] = Field(
