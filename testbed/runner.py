@@ -85,8 +85,10 @@ def preflight(scn: Scenario, backend: str, out: Path | None = None, force: bool 
         joined = next((where for where, s in runs if s.cluster.ray_address is not None), None)
         if joined is not None and (problem := ray_auth.joined_cluster_problem()):
             raise PreflightError(f"{joined}{problem}")
-        for (where, _), jobs in zip(runs, built, strict=True):
+        for (where, s), jobs in zip(runs, built, strict=True):
             _check_messages(jobs, where)
+            if s.cluster.ray_address is None:  # every node on this host
+                _check_memory(jobs, where)
         usable: dict[str, str | None] = probe_envelopes()
         if any(s.cluster.envelope == "docker" for _, s in runs):
             usable["docker"] = docker_envelope.probe()
@@ -139,6 +141,21 @@ def _check_messages(jobs: list[Job], where: str) -> None:
                 f"{MAX_FRAME_BODY // 2**20} MiB a message between real processes may have; make the "
                 "program's messages smaller (a divisible task's sigma x unit_bytes, a frame's width x "
                 "height), or run it with --backend sim"
+            )
+
+
+def _check_memory(jobs: list[Job], where: str) -> None:
+    """A process's memory is allocated for real (apps/worker.py allocate): more than this host has cannot
+    be, and memory_mb 1e12 was a MemoryError in every worker of the job."""
+    import psutil
+
+    total = psutil.virtual_memory().total / 2**20
+    for job in jobs:
+        if job.spec.memory_mb > total:
+            raise PreflightError(
+                f"{where}job '{job.job_id}': memory_mb: {job.spec.memory_mb:g} MiB per process, more than "
+                f"this host's {total:.0f} MiB, and each process allocates it for real; lower memory_mb, or "
+                "run it with --backend sim"
             )
 
 

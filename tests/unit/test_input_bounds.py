@@ -196,6 +196,20 @@ def test_a_message_no_nic_could_carry_is_refused_for_real_processes_only(tmp_pat
     runner.preflight(scn, "sim", tmp_path / "out")  # the simulator sends no bytes
 
 
+def test_memory_no_host_has_is_refused_for_real_processes_only(tmp_path):
+    # Each process allocates its memory_mb for real (apps/worker.py): 1e12 MiB was a MemoryError in every
+    # worker of a real run that validate had passed.
+    from testbed import runner
+
+    user = {"kind": "localuser", "node": 0, "memory_mb": 1e12}
+    for job in ({"size": 1, "memory_mb": 1e12}, {"size": 1, "app": user}):
+        cluster = {"nodes": 2, "envelope": "none"}
+        scn = load(doc={"name": "t", "cluster": cluster, "workload": {"jobs": [job]}})
+        with pytest.raises(runner.PreflightError, match=r"job 'j0': memory_mb: 1e\+12 MiB per process"):
+            runner.preflight(scn, "ray", tmp_path / "out")
+        runner.preflight(scn, "sim", tmp_path / "out")  # the simulator allocates nothing
+
+
 def test_a_runs_frame_bound_is_its_largest_message():
     from testbed.apps.wire import MAX_FRAME_BODY, MIN_FRAME_BODY, STAMP, frame_bound
 
