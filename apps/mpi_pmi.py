@@ -43,6 +43,10 @@ from testbed.apps.environ import PMI_DEBUG
 _DEBUG = os.environ.get(PMI_DEBUG) == "1"
 
 
+#: The longest one wait of the PMI server's loop, real seconds (it re-checks its deadline after it).
+MAX_SELECT_S = 3600.0
+
+
 class PmiFailure(RuntimeError):
     """The job cannot go on; the message is its one-line reason. ``peer`` marks a consequence (a rank
     went away: its own exit report is the cause)."""
@@ -120,7 +124,9 @@ class PmiServer:
                         for c in self.ready:
                             self._reply(c, f"cmd=tb_fail reason={why}")
                         raise PmiFailure(why)
-                for key, _ in sel.select(timeout):
+                # An hour at most each time round: epoll takes at most 2^31 ms, and a longer
+                # init_timeout_s x TDF (1e9 s) raised OverflowError in the head.
+                for key, _ in sel.select(None if timeout is None else min(timeout, MAX_SELECT_S)):
                     if key.data is None:
                         sock, _ = self.listener.accept()
                         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

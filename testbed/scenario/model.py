@@ -68,6 +68,9 @@ MAX_SEED = 2**63 - 1
 #: A node's power, idle or its busy slope, at most, watts: a megawatt is 25 full 40 kW racks, so anything
 #: above is a unit mistake; it also keeps E = (B + X u) N T finite (a node of 1e307 W wrote "Infinity").
 MAX_NODE_WATTS = 1e6
+#: The largest time dilation: the most emulated CPUs (4096 nodes x 64 cores) on one host core is 262,144;
+#: 1e300 made every real sleep and timeout of a run overflow.
+MAX_TDF = 1e6
 #: The most nodes a cluster, or a group of its nodes, may have.
 MAX_NODES = 4096
 #: How many times its mean a generated job's length is planned for: an exponential draw is longer with
@@ -286,6 +289,11 @@ class ClockConfig(_Model):
     def _tdf_positive(cls, v):
         if v != "auto" and v < 1.0:
             raise ValueError("must be 'auto' or a number >= 1 (real seconds per emulated second)")
+        if v != "auto" and v > MAX_TDF:
+            raise ValueError(
+                f"must be at most {MAX_TDF:g} (real seconds per emulated second), or 'auto'; a larger one "
+                "makes every real sleep and timeout overflow"
+            )
         return v
 
 
