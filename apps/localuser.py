@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from testbed.apps.base import (
     WORK_UNIT_S,
     AppConfig,
@@ -71,6 +71,9 @@ PERIOD_MS = 100.0
 #: The longest session, emulated s (about 116 days): far beyond any run, and short enough that its
 #: cycles (100 per emulated s by default) stay countable.
 MAX_SESSION_S = 1e7
+#: The largest UDP datagram on loopback (65,535 less the IP and UDP headers): a period's bytes are one
+#: datagram, and a larger one failed the session's send (EMSGSIZE; bytes_per_s 1e300 a MemoryError).
+MAX_DATAGRAM = 65_507
 #: Cycles between two reports of the session's running totals (1 emulated s at the default period).
 REPORT_EVERY = 10
 
@@ -96,6 +99,17 @@ class LocalUserConfig(AppConfig):
     node_rate: float | None = Field(
         None, gt=0, le=1, description="the node's CPU rate: filled from the cluster, leave it out"
     )
+
+    @model_validator(mode="after")
+    def _one_datagram(self):
+        per_period = (self.bytes_per_s or 0.0) * self.period_ms / 1000.0
+        if per_period > MAX_DATAGRAM:
+            raise ValueError(
+                f"bytes_per_s: {self.bytes_per_s:g} bytes a second are {per_period:.3g} bytes each period of "
+                f"{self.period_ms:g} ms, sent as one datagram of at most {MAX_DATAGRAM}; lower bytes_per_s "
+                "or period_ms"
+            )
+        return self
 
 
 class LocalUser(ProgramKind):
