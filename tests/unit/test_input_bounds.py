@@ -384,7 +384,7 @@ def test_a_huge_set_or_yaml_key_is_echoed_as_a_bounded_excerpt():
 #: The values every numeric field is given, beside its default (the control) and hypothesis's draws.
 EXTREMES = (math.inf, -math.inf, math.nan, -1, 0, 1e-9, 1e12, 1e300, 2**64, "x", True)
 #: Hypothesis's draws per field (integers and floats of every size, NaN and infinities among them).
-DRAWS = 5
+DRAWS = 12
 #: The simulator's wall limit in the extended half (every base also ends by duration_s), and how long
 #: after it a run is given up as one that does not honour it.
 SIM_WALL_S = 3.0
