@@ -207,6 +207,8 @@ def _rank(cfg: MpiConfig, ctx) -> None:
     import socket
 
     from testbed.apps import mpi_wrap
+    from testbed.apps.tbcomm import PeerGone
+    from testbed.apps.worker import EXIT_PEER_GONE
 
     comm = ctx.connect()  # returns at GO: what comes before is start-up
     head = ctx.size - 1
@@ -245,6 +247,11 @@ def _rank(cfg: MpiConfig, ctx) -> None:
         code = exc.code
         if code not in (None, 0):
             _die(ctx, f"the program exited with {code!r}")
+    except PeerGone as exc:
+        # The mirror's send or receive found another node's NIC gone: a consequence of that node's end,
+        # whose cause the coordinator names (an exit 1 here was taken for the cause, and a killed node's
+        # job failed naming this rank's broken pipe instead of the node).
+        _die(ctx, f"PeerGone: {' '.join(str(exc).split())}", EXIT_PEER_GONE)
     except BaseException as exc:  # noqa: BLE001 - the job's one-line reason, then out
         _die(ctx, f"{type(exc).__name__}: {' '.join(str(exc).split())}")
     # mpi4py finalises MPI when the interpreter finalises (Py_AtExit), which a forked worker skips (it
