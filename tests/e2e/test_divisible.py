@@ -97,6 +97,8 @@ def test_the_papers_scenario_validates_and_its_sweeps_name_the_seven(tmp_path):
     assert p.returncode == 0, p.stderr
 
 
+# 23 s: the default run keeps test_monitoring's live Prometheus; this one runs with --extended.
+@pytest.mark.extended
 @pytest.mark.slow
 def test_admissions_and_deadlines_reach_a_real_prometheus_live(tmp_path):
     from ..conftest import require

@@ -44,6 +44,8 @@ def _jobs(out: Path) -> dict[str, dict]:
         return {r["job_id"]: r for r in csv.DictReader(fh)}
 
 
+# 52 s: the default run keeps the docker envelope's shorter tests; this whole quickstart runs with --extended.
+@pytest.mark.extended
 @needs_docker
 def test_quickstart_with_the_docker_envelope_completes_every_job(tmp_path):
     out = tmp_path / "out"

@@ -95,6 +95,8 @@ def test_paper003_at_the_papers_size_in_the_simulator(tmp_path):
     assert float(hybrid["energy_j"]) < 0.82 * float(batch["energy_j"])
 
 
+# 38 s of simulation: with --extended, as this file's other whole-grid runs.
+@pytest.mark.extended
 def test_paper000_admission_at_9_to_1_in_the_simulator(tmp_path):
     """paper000-multiclass at the 9:1 mix, 20 of its 40 jobs, the three schemes with and without admission
     control. The paper's headline: admission takes the miss rate from about 70 % to about 0.1 % and turns
