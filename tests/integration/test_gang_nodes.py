@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import time
 import uuid
 
 from testbed.apps.synthetic import Synthetic, SyntheticConfig
@@ -13,18 +11,16 @@ from testbed.schedulers.base import JobSpec
 from testbed.core import events as ev
 from testbed.core.jobs import Job
 from testbed.emulator.agent import NodeAgent, NodeConfig
-from testbed.emulator.control import LocalHandle
-from testbed.emulator.coordinator import Coordinator
 from testbed.results import summary as results
 
 from ..conftest import measured
+from .conftest import run_on_agents
 
 
 def _run(tmp_path, scheduler, params, jobs, nodes=4, tdf=2.0, timeout=120.0, keep=None, **node_kw):
     """Runs jobs on ``nodes`` in-process agents; ``keep`` (a dict) receives the coordinator; ``node_kw``
     goes to each node's NodeConfig."""
     run_id = "test-" + uuid.uuid4().hex[:8]
-    pool = cf.ThreadPoolExecutor(8)
     agents = [
         NodeAgent(
             NodeConfig(
@@ -39,36 +35,7 @@ def _run(tmp_path, scheduler, params, jobs, nodes=4, tdf=2.0, timeout=120.0, kee
         )
         for n in range(nodes)
     ]
-    coord = None
-    try:
-        coord = Coordinator(
-            str(tmp_path),
-            nodes,
-            scheduler,
-            params,
-            0,
-            jobs,
-            [LocalHandle(a, pool) for a in agents],
-            [a.nic_address for a in agents],
-            tdf,
-        )
-        t0 = time.monotonic() + 0.2
-        for a in agents:
-            a.set_run(t0, coord.on_node_event)
-        coord.start(t0)
-        if keep is not None:
-            keep["coordinator"] = coord
-        deadline = time.monotonic() + timeout
-        while not coord.status()["done"]:
-            assert time.monotonic() < deadline, coord.status()
-            time.sleep(0.1)
-    finally:
-        if coord is not None:
-            coord.stop("test over")
-        for a in agents:
-            a.shutdown()
-        pool.shutdown()
-    return ev.merge(sorted((tmp_path / "events").glob("*.jsonl")), tmp_path / "events.jsonl")
+    return run_on_agents(tmp_path, agents, jobs, scheduler, params, tdf, timeout=timeout, keep=keep)
 
 
 def _job(jid, size, iterations=10, gcomp=30.0, submit=0.0):

@@ -6,8 +6,6 @@ about 1."""
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import time
 import uuid
 from collections.abc import Callable
 
@@ -17,13 +15,12 @@ from testbed.apps.reports import SESSION_BYTES, SESSION_ELAPSED, SESSION_IDEAL
 
 from testbed.core import events as ev
 from testbed.emulator.agent import NodeAgent, NodeConfig
-from testbed.emulator.control import LocalHandle
-from testbed.emulator.coordinator import Coordinator
 from testbed.results import summary as results
 from testbed.scenario import workload
 from testbed.scenario.model import from_file_or_doc
 
 from ..conftest import measured
+from .conftest import run_on_agents
 
 SESSION_S = 3.0
 #: A session's slowdown alone on real processes: the sleeps' overshoot and the host's other work stretch
@@ -43,10 +40,8 @@ def _run(
     tmp_path, doc: dict, scheduler="local", tdf=1.0, watch: Callable[[list[NodeAgent]], None] | None = None
 ):
     """Runs the scenario ``doc``'s jobs on in-process agents; ``watch(agents)`` is called every 50 ms."""
-    jobs = _jobs(doc)
     nodes = doc["cluster"]["nodes"]
     run_id = "test-" + uuid.uuid4().hex[:8]
-    pool = cf.ThreadPoolExecutor(8)
     kinds = ("testbed.apps.localuser",)
     agents = [
         NodeAgent(
@@ -56,28 +51,7 @@ def _run(
         )
         for n in range(nodes)
     ]
-    coord = None
-    try:
-        handles = [LocalHandle(a, pool) for a in agents]
-        nics = [a.nic_address for a in agents]
-        coord = Coordinator(str(tmp_path), nodes, scheduler, {}, 0, jobs, handles, nics, tdf)
-        t0 = time.monotonic() + 0.2
-        for a in agents:
-            a.set_run(t0, coord.on_node_event)
-        coord.start(t0)
-        deadline = time.monotonic() + 120
-        while not coord.status()["done"]:
-            assert time.monotonic() < deadline, coord.status()
-            if watch is not None:
-                watch(agents)
-            time.sleep(0.05)
-    finally:
-        if coord is not None:
-            coord.stop("test over")
-        for a in agents:
-            a.shutdown()
-        pool.shutdown()
-    return ev.merge(sorted((tmp_path / "events").glob("*.jsonl")), tmp_path / "events.jsonl")
+    return run_on_agents(tmp_path, agents, _jobs(doc), scheduler, {}, tdf, poll_s=0.05, watch=watch)
 
 
 def _totals(events, job: str) -> dict[str, float]:

@@ -11,8 +11,6 @@ per scheme family shows the scheme acting on the MPI ranks as on the synthetic j
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import time
 import uuid
 from pathlib import Path
 
@@ -29,12 +27,11 @@ from testbed.schedulers.base import (
     job_wait,
 )
 
-from testbed.core import events as ev
 from testbed.core.jobs import Job, WaitSpec
 from testbed.emulator.agent import NodeAgent, NodeConfig
-from testbed.emulator.control import LocalHandle
-from testbed.emulator.coordinator import Coordinator
 from testbed.results import summary as results
+
+from .conftest import run_on_agents
 
 pytestmark = [pytest.mark.slow, pytest.mark.cgroup]
 
@@ -65,45 +62,22 @@ def _run(tmp_path: Path, scheduler: str, params: dict, nodes: int = 2, tdf: floa
     returns the merged events and every (node, event, decision) of the nodes' local policies."""
     run_id = "test-" + uuid.uuid4().hex[:8]
     jobs = _jobs(scheduler)
-    pool = cf.ThreadPoolExecutor(8)
     seen: list = []
-    agents = []
-    coord = None
-    try:
-        for n in range(nodes):
-            agents.append(NodeAgent(NodeConfig(run_id=run_id, node=n, run_dir=str(tmp_path), tdf=tdf,
-                                               scheduler=scheduler, params=params)))  # fmt: skip
-        # The head node, as testbed/cluster.py makes it: no envelope, every process always runs.
-        agents.append(NodeAgent(NodeConfig(run_id=run_id, node=nodes, run_dir=str(tmp_path), tdf=tdf,
-                                           envelope="none", scheduler="batch", params={})))  # fmt: skip
-        for a in agents[:nodes]:
-            on_event = a.policy.on_event
+    agents = [NodeAgent(NodeConfig(run_id=run_id, node=n, run_dir=str(tmp_path), tdf=tdf,
+                                   scheduler=scheduler, params=params)) for n in range(nodes)]  # fmt: skip
+    # The head node, as testbed/cluster.py makes it: no envelope, every process always runs.
+    agents.append(NodeAgent(NodeConfig(run_id=run_id, node=nodes, run_dir=str(tmp_path), tdf=tdf,
+                                       envelope="none", scheduler="batch", params={})))  # fmt: skip
+    for a in agents[:nodes]:
+        on_event = a.policy.on_event
 
-            def spy(now, event, a=a, on_event=on_event):
-                d = on_event(now, event)
-                seen.append((a.node, event, d))
-                return d
+        def spy(now, event, a=a, on_event=on_event):
+            d = on_event(now, event)
+            seen.append((a.node, event, d))
+            return d
 
-            a.policy.on_event = spy
-        proxies = [LocalHandle(a, pool) for a in agents]
-        coord = Coordinator(
-            str(tmp_path), nodes, scheduler, params, 0, jobs, proxies, [a.nic_address for a in agents], tdf
-        )
-        t0 = time.monotonic() + 0.2
-        for a in agents:
-            a.set_run(t0, coord.on_node_event)
-        coord.start(t0)
-        deadline = time.monotonic() + 120
-        while not coord.status()["done"]:
-            assert time.monotonic() < deadline, coord.status()
-            time.sleep(0.1)
-    finally:
-        if coord is not None:
-            coord.stop("test over")
-        for a in agents:
-            a.shutdown()
-        pool.shutdown()
-    events = ev.merge(sorted((tmp_path / "events").glob("*.jsonl")), tmp_path / "events.jsonl")
+        a.policy.on_event = spy
+    events = run_on_agents(tmp_path, agents, jobs, scheduler, params, tdf, nodes=nodes)
     rows = {r["job_id"]: r for r in results.job_rows(events)}
     assert all(r["final_state"] == results.FinalState.COMPLETED for r in rows.values()), rows
     return events, seen
