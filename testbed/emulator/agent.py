@@ -119,6 +119,7 @@ class _ProcState:
     worker: BaseWorker
     running: bool = True
     nice: int = 0
+    cpus: frozenset[int] | None = None  # set by the agent (None: as started, every CPU the agent has)
     cpu_at_sample: float = 0.0
     t_at_sample: float = 0.0
     cpu_at_switch: float = 0.0  # per-quantum baseline, apart from the periodic sampler's
@@ -195,6 +196,8 @@ class NodeAgent:
             memory_mb=self.cfg.memory_mb,
         )
         self.envelope.create()
+        self._all_cpus = frozenset(os.sched_getaffinity(0))
+        self._weight_cpus = self.envelope.weight_cpus(sorted(self._all_cpus))
         self.nic = Nic(
             self.node,
             self,
@@ -522,11 +525,23 @@ class NodeAgent:
             if st is not None and st.nice != nice:
                 st.worker.set_nice(nice)
                 st.nice = nice
+        self._place_weighted()
         if decision.wakeup is not None:
             if self._wakeup is not None:
                 self._wakeup.cancel()
             self._wakeup = self.lt.loop.call_at(self.clock.real_at(decision.wakeup), self._on_wakeup)
         return effect
+
+    def _place_weighted(self) -> None:
+        """Nice values are CFS weights, which act only among tasks on one run-queue: while the policy
+        weights any of the node's processes, all of them run on the node's own CPUs
+        (Envelope.weight_cpus); otherwise anywhere, as started."""
+        weighted = any(st.nice != 0 for st in self.procs.values())
+        cpus = self._weight_cpus if weighted else self._all_cpus
+        for st in self.procs.values():
+            if (st.cpus or self._all_cpus) != cpus:
+                st.worker.set_cpus(cpus)
+                st.cpus = cpus
 
     def _send_coop(self, event: CoopEvent) -> None:
         """A CoopEvent of the node's policy to the other nodes of its job (none left: nothing to send)."""

@@ -226,3 +226,47 @@ def test_destroy_kills_stopped_and_running_and_is_idempotent(envelopes, run_id):
         assert all(not os.path.exists(d) for d in env.dirs.values())
         env.destroy()  # idempotent
     assert not os.path.exists(os.path.join(envmod._v1_mount("cpu")[0], "testbed", run_id))
+
+
+def test_weight_cpus_are_as_many_as_the_quota_has_cores_and_differ_by_node(run_id):
+    """Envelope.weight_cpus: ceil(quota cores) CPUs, node k's from the (k * n)-th, wrapping; with no quota,
+    the node's cores."""
+    quota = type("Quota", (NoEnvelope,), {"fixes_rate": True})
+    cpus = [0, 1, 2, 3]
+    assert quota(run_id, 0, 1.0, 2.0).weight_cpus(cpus) == {0}  # half a core: one CPU
+    assert quota(run_id, 3, 1.0, 2.0).weight_cpus(cpus) == {3}
+    assert quota(run_id, 5, 1.0, 2.0).weight_cpus(cpus) == {1}  # wraps
+    assert quota(run_id, 1, 1.0, 1.0, cores=2).weight_cpus(cpus) == {2, 3}  # exactly two cores: two
+    assert quota(run_id, 0, 1.0, 1.0, cores=8).weight_cpus(cpus) == set(cpus)  # never more than there are
+    assert NoEnvelope(run_id, 1, 1.0, 4.0, cores=2).weight_cpus(cpus) == {2, 3}  # no quota: its cores
+    with pytest.raises(ValueError, match="no CPUs"):
+        NoEnvelope(run_id, 0, 1.0, 1.0).weight_cpus([])
+
+
+@pytest.mark.cgroup
+@needs_v1
+def test_nice_values_weigh_a_nodes_processes_only_on_its_weight_cpus(envelopes):
+    """Two busy processes in one node with a 1-CPU quota, nice 4 and nice 0. Free to use both of this
+    host's CPUs each runs on its own until the quota is spent (measured 0.50 each); on the node's
+    weight_cpus they share one run-queue and get their CFS weights, 423 : 1024 (measured 0.29)."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: every task shares its run-queue, pinned or not")
+    e = envelopes(node=0, cpu_rate=1.0, tdf=1.0)
+    workers = [_spawn(BUSY, e) for _ in range(2)]
+    try:
+        workers[0].set_nice(4)
+        for w in workers:
+            w.set_cpus(e.weight_cpus(sorted(os.sched_getaffinity(0))))
+
+        def share():
+            c0 = [w.cpu_time_s() for w in workers]
+            time.sleep(2.0)
+            c = [w.cpu_time_s() - c for w, c in zip(workers, c0, strict=True)]
+            return c[0] / sum(c)
+
+        weight = 423 / (423 + 1024)
+        got = measured(share, lambda s: abs(s - weight) < 0.05, why="other tests' processes on the same CPU")
+        print(f"\nnice 4 against nice 0 on one CPU: {got:.3f} of the node (weights say {weight:.3f})")
+    finally:
+        for w in workers:
+            w.kill()

@@ -45,6 +45,7 @@ import re
 import signal
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 from testbed.emulator.mechanism import accounting
 
@@ -236,6 +237,21 @@ class Envelope(ABC):
 
     def _quota_us(self) -> int:
         return quota_us(self.period_us, self.cpu_rate, self.cores, self.tdf)
+
+    def weight_cpus(self, allowed: Sequence[int]) -> frozenset[int]:
+        """The CPUs of ``allowed`` where this node's processes run while a policy weights them (nice).
+
+        CFS weights act only between tasks on one run-queue. Under a quota, tasks on different CPUs each
+        run until the group's quota is spent, whatever their nice: measured on this 2-core host, two busy
+        processes in a cgroup with a 1-CPU quota, nice 4 and nice 0, got 0.50 and 0.50 of it; pinned to one
+        CPU, 0.29 and 0.71, as their weights say (423 : 1024). So a weighted node runs on as many CPUs as
+        its quota has cores (its ``cores`` where no quota is set), node k's from the (k * n)-th on."""
+        if not allowed:
+            raise ValueError("no CPUs allowed")
+        real = self._quota_us() / self.period_us if self.fixes_rate else self.cores
+        n = min(len(allowed), max(1, math.ceil(real - 1e-9)))
+        first = self.node * n
+        return frozenset(allowed[(first + i) % len(allowed)] for i in range(n))
 
     @property
     def name(self) -> str:

@@ -184,11 +184,11 @@ class ForkedWorker(BaseWorker):
         except ProcessLookupError:
             self._check_alive()  # raises once reaped here; before that, as to a zombie, nothing
 
-    def set_nice(self, n: int) -> None:
+    def _each_thread(self, op) -> None:
         self._check_alive()
         try:
             signal.pidfd_send_signal(self.pidfd, 0)
-            super().set_nice(n)  # its _check_alive is the one above: the report stays unread
+            super()._each_thread(op)  # its _check_alive is the one above: the report stays unread
         except (ProcessLookupError, FileNotFoundError):
             pass  # exiting or reaped by the server: its pid may be someone else's from now on
 

@@ -34,7 +34,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO, Any
 
 from testbed.apps.environ import MARK_NODE as NODE_ENV
@@ -144,10 +144,17 @@ class BaseWorker:
 
     def set_nice(self, n: int) -> None:
         """setpriority on every thread: on Linux PRIO_PROCESS with a pid changes only that one thread."""
+        self._each_thread(lambda tid: os.setpriority(os.PRIO_PROCESS, tid, n))
+
+    def set_cpus(self, cpus: frozenset[int]) -> None:
+        """sched_setaffinity on every thread (it too acts on one thread); children forked later inherit it."""
+        self._each_thread(lambda tid: os.sched_setaffinity(tid, cpus))
+
+    def _each_thread(self, op: Callable[[int], object]) -> None:
         self._check_alive()
         for tid in os.listdir(f"/proc/{self.pid}/task"):
             try:
-                os.setpriority(os.PRIO_PROCESS, int(tid), n)
+                op(int(tid))
             except ProcessLookupError:
                 pass  # the thread exited meanwhile
 
