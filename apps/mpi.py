@@ -60,6 +60,21 @@ TAG_PMI = 0
 COLLECTIVES_UNIT = "collectives"
 
 
+#: CPU a rank spends on each message the mirror carries (apps/mpi_wrap.py), beyond what its trace records
+#: (the CPU between MPI calls): LogGP's overhead o, which the replay charges per send and per receive, with
+#: a part per byte on the send. Measured by ``python benchmarks/mpi_bench.py --only msgcpu --rounds 1000``
+#: (2 nodes, TDF 1, ideal link, 2-core host, quiet): 24.5, 31.2 and 61.7 us per message sent or received
+#: at 1 B, 24 KB and 160 KB. Each message is a send and a receive, so the per-byte part is the slope
+#: twice, on the send.
+MESSAGE_CPU_S = 24e-6
+MESSAGE_CPU_PER_BYTE_S = 0.46e-9
+
+
+def message_cpu_s(sent_bytes: int | None = None) -> float:
+    """The CPU the replay charges a send of ``sent_bytes`` (None: a receive)."""
+    return MESSAGE_CPU_S + (sent_bytes or 0) * MESSAGE_CPU_PER_BYTE_S
+
+
 class MpiConfig(MessagingConfig):
     kind: Literal["mpi"] = "mpi"
     program: str = Field(..., description="the mpi4py program (.py); relative to the scenario file's folder")
@@ -131,7 +146,9 @@ class Mpi(ProgramKind):
         """The program's trace, recorded on real processes the first time (apps/mpi_trace.py), replayed:
         computes, sends and receives (a receive matches the source and tag it matched when recorded:
         both are in the simulator's tag), and each collective as a barrier through rank 0 between its
-        enter and leave notices, as the mirrored run does (apps/mpi_wrap.py)."""
+        enter and leave notices, as the mirrored run does (apps/mpi_wrap.py). Each send and receive,
+        the barriers' too, also costs the CPU the mirror spends on it (:func:`message_cpu_s`); the data
+        a collective moves in MPI is not in the trace, and not charged."""
         n = ctx.size - 1
         if ctx.rank == n:
             return  # the head: the process manager does nothing the simulator models
@@ -142,18 +159,15 @@ class Mpi(ProgramKind):
             if what == "c":
                 yield Compute(op[1])
             elif what == "s":
+                yield Compute(message_cpu_s(op[2]))
                 yield Send((op[1],), op[2], _sim_tag(ctx.rank, op[3]))
             elif what == "r":
                 yield Recv(1, _sim_tag(op[1], op[2]))
+                yield Compute(message_cpu_s())
             elif what == "k":
                 yield Collective(op[1], True)
                 if n > 1:
-                    if ctx.rank == 0:
-                        yield Recv(n - 1, TAG_BARRIER)
-                        yield Send(tuple(range(1, n)), 0, TAG_BARRIER)
-                    else:
-                        yield Send((0,), 0, TAG_BARRIER)
-                        yield Recv(1, TAG_BARRIER)
+                    yield from _barrier(ctx.rank, n)
                 yield Collective(op[1], False)
                 done += 1
                 yield Progress(COLLECTIVES_UNIT, done)
@@ -164,6 +178,19 @@ class Mpi(ProgramKind):
         from testbed.apps.mpi_trace import load_or_record
 
         return load_or_record(cfg.program, cfg.args, size)
+
+
+def _barrier(rank: int, n: int) -> Iterator[Op]:
+    """The mirror's barrier among ``n`` ranks, linear through rank 0, with each message's CPU."""
+    if rank == 0:
+        yield Recv(n - 1, TAG_BARRIER)
+        yield Compute((n - 1) * (message_cpu_s() + message_cpu_s(0)))  # n - 1 arrivals, n - 1 releases
+        yield Send(tuple(range(1, n)), 0, TAG_BARRIER)
+    else:
+        yield Compute(message_cpu_s(0))
+        yield Send((0,), 0, TAG_BARRIER)
+        yield Recv(1, TAG_BARRIER)
+        yield Compute(message_cpu_s())
 
 
 #: A simulated message's tag says its source too: the simulator's receives match by tag alone.

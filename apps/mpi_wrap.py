@@ -263,16 +263,45 @@ def _communicates(name: str) -> bool:
     return any(n.startswith(r) or (n[:1] == "i" and n[1:].startswith(r)) for r in _MOVES_DATA)
 
 
-def _collective(plain, mirror):
-    """MPI's collective ``plain``, after the mirror's barrier named after it."""
+def _collective(plain, nonblocking, mirror):
+    """MPI's collective ``plain``, after the mirror's barrier named after it: as its nonblocking form
+    ``nonblocking`` completed by :func:`_await` where there is one and the mirror is on (its ranks then
+    left the barrier together, and a rank that MPI keeps waiting for a throttled peer sleeps)."""
     op = plain.__name__.lower()
 
     def call(self, *args, **kwargs):
         mirror.collective(op)
-        return plain(self, *args, **kwargs)
+        if nonblocking is None or not getattr(mirror, "active", True):
+            return plain(self, *args, **kwargs)
+        _await(nonblocking(self, *args, **kwargs))
 
     call.__name__ = plain.__name__
     return call
+
+
+#: How :func:`_await` waits for MPI: a node's rank polls MPI (its progress engine moves the data only
+#: inside calls), first without pause for SPIN_S (data already there), then with pauses from FIRST_PAUSE_S
+#: doubling to MAX_PAUSE_S. MPICH's own blocking calls poll without pause, and under the node's CPU quota
+#: a rank polling for a throttled peer spends the quota its compute needed: NAS CG, class A, 4 ranks,
+#: used 0.82-1.45 CPU-s per rank against its model's 0.70, more the higher the TDF (docs/measurements.md,
+#: "MPI waits that poll"). The longest pause bounds what it adds to a transfer that needs many rounds.
+SPIN_S = 20e-6
+FIRST_PAUSE_S = 20e-6
+MAX_PAUSE_S = 200e-6
+
+
+def _await(req, status=None) -> None:
+    """Completes the MPI request ``req`` (into ``status``) without spinning on the CPU while it waits."""
+    if req.Test(status):
+        return
+    spin_until = time.monotonic() + SPIN_S
+    while time.monotonic() < spin_until:
+        if req.Test(status):
+            return
+    pause = FIRST_PAUSE_S
+    while not req.Test(status):
+        time.sleep(pause)
+        pause = min(2 * pause, MAX_PAUSE_S)
 
 
 def _refused(name: str, link: str):
@@ -312,70 +341,82 @@ def _patch(MPI, mirror, n: int) -> None:
         """COMM_WORLD with each message and collective mirrored through the emulated links."""
 
         # -- point to point -----------------------------------------------------------------------------
+        # Sends go to MPI first and are mirrored after, so that a receiver woken by the mirror finds the data
+        # there: mirrored first, a sender throttled between the two left its receiver polling in MPI.
         def Send(self, buf, dest, tag=0):
+            req = super().Isend(buf, dest, tag)
             mirror.send(dest, tag, _nbytes(buf))
-            return super().Send(buf, dest, tag)
+            _await(req)
 
         def Ssend(self, buf, dest, tag=0):
+            req = super().Issend(buf, dest, tag)
             mirror.send(dest, tag, _nbytes(buf))
-            return super().Ssend(buf, dest, tag)
+            _await(req)
 
         def send(self, obj, dest, tag=0):
+            req = super().isend(obj, dest, tag)
             mirror.send(dest, tag, _pickled(obj))
-            return super().send(obj, dest, tag)
+            _await(req)
 
         def ssend(self, obj, dest, tag=0):
+            req = super().issend(obj, dest, tag)
             mirror.send(dest, tag, _pickled(obj))
-            return super().ssend(obj, dest, tag)
+            _await(req)
 
         def Isend(self, buf, dest, tag=0):
+            req = super().Isend(buf, dest, tag)
             mirror.send(dest, tag, _nbytes(buf))
-            return super().Isend(buf, dest, tag)
+            return req
 
         def isend(self, obj, dest, tag=0):
+            req = super().isend(obj, dest, tag)
             mirror.send(dest, tag, _pickled(obj))
-            return super().isend(obj, dest, tag)
+            return req
 
         def Recv(self, buf, source=ANY, tag=ANY, status=None):
             if source == MPI.PROC_NULL:
                 return super().Recv(buf, source, tag, status)
             source, tag = mirror.recv(source, tag)
             st = status if status is not None else MPI.Status()
-            out = super().Recv(buf, source, tag, st)
+            _await(super().Irecv(buf, source, tag), st)
             mirror.matched(st)
-            return out
 
         def recv(self, buf=None, source=ANY, tag=ANY, status=None):
             if source == MPI.PROC_NULL:
                 return super().recv(buf, source, tag, status)
             source, tag = mirror.recv(source, tag)
             st = status if status is not None else MPI.Status()
+            # Blocking: mpi4py's irecv needs a buffer as large as the pickle; the data is there already.
             out = super().recv(buf, source, tag, st)
             mirror.matched(st)
             return out
 
         def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=ANY, recvtag=ANY, status=None):
+            req = super().Isend(sendbuf, dest, sendtag)  # to PROC_NULL: complete at once
             mirror.send(dest, sendtag, _nbytes(sendbuf))
-            if source == MPI.PROC_NULL:
-                return super().Sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, status)
-            source, recvtag = mirror.recv(source, recvtag)
+            if source != MPI.PROC_NULL:
+                source, recvtag = mirror.recv(source, recvtag)
             st = status if status is not None else MPI.Status()
-            out = super().Sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, st)
-            mirror.matched(st)
-            return out
+            _await(super().Irecv(recvbuf, source, recvtag), st)
+            if source != MPI.PROC_NULL:
+                mirror.matched(st)
+            _await(req)
 
         def sendrecv(self, sendobj, dest, sendtag=0, recvbuf=None, source=ANY, recvtag=ANY, status=None):
+            req = super().isend(sendobj, dest, sendtag)
             mirror.send(dest, sendtag, _pickled(sendobj))
-            if source == MPI.PROC_NULL:
-                return super().sendrecv(sendobj, dest, sendtag, recvbuf, source, recvtag, status)
-            source, recvtag = mirror.recv(source, recvtag)
+            if source != MPI.PROC_NULL:
+                source, recvtag = mirror.recv(source, recvtag)
             st = status if status is not None else MPI.Status()
-            out = super().sendrecv(sendobj, dest, sendtag, recvbuf, source, recvtag, st)
-            mirror.matched(st)
+            out = super().recv(recvbuf, source, recvtag, st)
+            if source != MPI.PROC_NULL:
+                mirror.matched(st)
+            _await(req)
             return out
 
     for name in _COLLECTIVES:
-        setattr(TestbedComm, name, _collective(getattr(MPI.Intracomm, name), mirror))
+        nonblocking = getattr(MPI.Intracomm, "I" + name, None) if name[0].isupper() else None
+        setattr(TestbedComm, name, _collective(getattr(MPI.Intracomm, name), nonblocking, mirror))
     if link:
         # What moves data but is not mirrored (nonblocking receives and collectives, persistent, buffered
         # and ready sends, probes) would run on the host's ideal network: refused, with one line.

@@ -16,7 +16,8 @@
   recorded here the first time), beside a synthetic job of the same shape (20 iterations x 100 units,
   a barrier each) in the same two runs. Target: within 10 %.
 * msgcpu (not in the default list): the CPU a rank spends per mirrored message beyond what the simulator
-  charges, by message size: tests/programs/pingpong.py on 2 nodes (TDF 1, NLS, the default wait mode:
+  charges (its trace's CPU and apps/mpi.py's message_cpu_s, which was set from this figure), by message
+  size: tests/programs/pingpong.py on 2 nodes (TDF 1, NLS, the default wait mode:
   mirrored), ``latency_us`` 0 and 100, nbytes 1, 24000 (NAS CG.A's messages) and 160000 (MG.A's),
   ``--rounds`` rounds (2000 is the figure's). Per rank, its CPU at exit (proc_exited cpu_s) against the
   CPU its trace records between MPI calls (the simulator's model, recorded by ``--backend sim`` of the
@@ -155,14 +156,20 @@ MSGCPU_SIZES = (1, 24000, 160000)
 
 
 def _trace_ops(program: str, args: list[str], size: int) -> list[tuple[float, int]]:
-    """Per rank of a recorded trace: (its CPU between MPI calls, s; its mirrored messages: sends and
-    receives, and one each way per collective, which the mirror carries as a tbcomm barrier)."""
+    """Per rank of a recorded trace: (the CPU the simulator charges it, s: its CPU between MPI calls and
+    each message's, apps/mpi.py message_cpu_s; its mirrored messages: sends and receives, and one each
+    way per collective, which the mirror carries as a tbcomm barrier). On 2 ranks each does one of each
+    per collective, which the replay charges as a 0-byte send and a receive."""
+    from testbed.apps.mpi import message_cpu_s
     from testbed.apps.mpi_trace import trace_path
 
     ranks = json.loads(trace_path(program, tuple(args), size).read_text())["ranks"]
     out = []
     for ops in ranks:
         cpu = sum(op[1] for op in ops if op[0] == "c")
+        cpu += sum(message_cpu_s(op[2]) for op in ops if op[0] == "s")
+        cpu += sum(message_cpu_s() for op in ops if op[0] == "r")
+        cpu += sum(message_cpu_s(0) + message_cpu_s() for op in ops if op[0] == "k") if size > 1 else 0.0
         msgs = sum(1 for op in ops if op[0] in ("s", "r")) + 2 * sum(1 for op in ops if op[0] == "k")
         out.append((cpu, msgs))
     return out

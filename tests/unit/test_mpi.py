@@ -11,7 +11,7 @@ import threading
 import pytest
 import yaml
 from testbed.apps.base import TAG_BARRIER, Collective, Compute, Progress, Recv, Send, SimContext
-from testbed.apps.mpi import Mpi, MpiConfig, _sim_tag
+from testbed.apps.mpi import MESSAGE_CPU_PER_BYTE_S, MESSAGE_CPU_S, Mpi, MpiConfig, _sim_tag, message_cpu_s
 from testbed.apps.mpi_pmi import PmiFailure, PmiServer, parse
 from testbed.apps.mpi_trace import trace_path
 from testbed.apps.mpi_wrap import link_note
@@ -143,16 +143,31 @@ def test_the_model_replays_a_recorded_trace(tmp_path, monkeypatch):
     def ops(rank):
         return list(Mpi.model(cfg, SimContext(rank, 3, lambda: 0.0)))
 
+    send, recv = message_cpu_s(8), message_cpu_s()
+    assert send == pytest.approx(MESSAGE_CPU_S + 8 * MESSAGE_CPU_PER_BYTE_S) and recv == MESSAGE_CPU_S
     assert ops(0) == [
         Compute(0.5),
+        Compute(send),
         Send((1,), 8, _sim_tag(0, 7)),
         Collective("allreduce", True),
         Recv(1, TAG_BARRIER),
+        Compute(recv + message_cpu_s(0)),
         Send((1,), 0, TAG_BARRIER),
         Collective("allreduce", False),
         Progress("collectives", 1),
     ]
-    assert ops(1)[:2] == [Compute(0.25), Recv(1, _sim_tag(0, 7))]
+    assert ops(1) == [
+        Compute(0.25),
+        Recv(1, _sim_tag(0, 7)),
+        Compute(recv),
+        Collective("allreduce", True),
+        Compute(message_cpu_s(0)),
+        Send((0,), 0, TAG_BARRIER),
+        Recv(1, TAG_BARRIER),
+        Compute(recv),
+        Collective("allreduce", False),
+        Progress("collectives", 1),
+    ]
     assert ops(2) == []  # the head, the job's process manager
     # The trace is the program's and its arguments': another argument is another trace.
     assert trace_path(str(prog), ("4",), 2) != path
