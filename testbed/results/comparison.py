@@ -29,7 +29,8 @@ METRICS = (
 )
 #: Compared when some variant's summary has them: the share of paired quanta (paired gang), the share of
 #: jobs rejected and of deadlines missed (admission control, real-time classes), paper 000's RT jobs turned
-#: away and BE mean response time, divisible loads' finish spread, and the per-class progress rates
+#: away and BE mean response time, divisible loads' finish spread, local users' session slowdown (paper
+#: 004: what a parallel job costs the workstation's owner), and the per-class progress rates
 #: (``barriers_per_s.<class>``, paper 002).
 OPTIONAL_METRICS = (
     "quanta_paired_fraction",
@@ -38,6 +39,8 @@ OPTIONAL_METRICS = (
     "rt_rejected_ratio",
     "be_mean_response_time_s",
     "finish_spread_s",
+    "local_slowdown_mean",
+    "local_slowdown_max",
 )
 
 
@@ -194,6 +197,8 @@ _LABELS = {
     "utilization": "utilisation",
     "makespan_s": "makespan (s)",
     "energy_j": "energy (J)",
+    "local_slowdown_mean": "local users' slowdown, mean",
+    "local_slowdown_max": "local users' slowdown, max",
 }
 
 

@@ -47,6 +47,8 @@ HEADLINE = (
     "be_mean_response_time_s",
     "quanta_paired_fraction",
     "finish_spread_s",
+    "local_slowdown_mean",
+    "local_slowdown_max",
 )
 #: Bins of the over-time panels.
 BINS = 200

@@ -433,3 +433,19 @@ def test_optional_metrics_are_compared_when_a_variant_has_them(tmp_path):
     con.print(comparison.table(rows))
     text = con.export_text()
     assert "barriers/s, io" in text and "7.500" in text and "0.700" in text
+
+
+def test_local_users_slowdown_is_compared_where_a_variant_has_local_users(tmp_path):
+    """Paper 004's figure: what the parallel jobs cost the workstations' owners, per variant."""
+    rows = [
+        {"variant": "local", "status": "ok", "local_slowdown_mean": 2.0, "local_slowdown_max": 2.4},
+        {"variant": "ccs", "status": "ok", "local_slowdown_mean": 1.41, "local_slowdown_max": 1.5},
+    ]
+    names = {p.name for p in comparison.plot(tmp_path, rows, "t")}
+    assert {"local_slowdown_mean.png", "local_slowdown_max.png"} <= names
+    from rich.console import Console
+
+    con = Console(record=True, width=200)
+    con.print(comparison.table(rows))
+    text = con.export_text()
+    assert "local users' slowdown, mean" in text and "1.410" in text and "2.400" in text
