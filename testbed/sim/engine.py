@@ -336,6 +336,13 @@ class Simulation:
         self._dirty: dict[int, _Node] = {}
         self._pending_nodes: dict[int, _Node] = {}  # nodes with local events to feed
         self._exits: deque[tuple[str, int]] = deque()  # (job, rank) that ended by themselves, for the core
+        # The wall limit inside _advance, where a process's operations that take no time (steps of at most
+        # EPS of CPU, messages already arrived) run without a heap event: the real time by which the run
+        # must end (set by run()), the operations advanced so far (the clock is read every 1,024), and
+        # whether _advance found the limit reached (run() then ends as at its own check).
+        self._deadline = math.inf
+        self._ops = 0
+        self._wall_hit = False
         self._fast = _fast_path(scheduler, self.gp, self.skew, jobs) if fast_path else None
         self.fluid: dict[str, _Fluid] = {}  # the running jobs on the fast path
         self._tick_at: float | None = None
@@ -422,6 +429,7 @@ class Simulation:
         }
         stall_reason = None
         deadline = None if self.wall_limit_s is None else time.monotonic() + self.wall_limit_s
+        self._deadline = math.inf if deadline is None else deadline
         while self._heap:
             t, _seq, kind, payload = self._heap[0]
             if self.duration is not None and t > self.duration:
@@ -448,6 +456,9 @@ class Simulation:
                 continue
             handlers[kind](*payload)
             self._settle()
+            if self._wall_hit:  # reached inside _advance, amid one event's many operations
+                stall_reason = wall_limit_reached(self.wall_limit_s)
+                break
             steps += 1
             if not steps & 0x3FF:
                 if deadline is not None and time.monotonic() > deadline:
@@ -958,63 +969,74 @@ class Simulation:
 
     def _advance(self, p: _Process) -> None:
         """Runs ``p`` (allowed to run) through its operations until one takes time (CPU, a sleep, a
-        message, an acknowledgement) or the model ends."""
+        message, an acknowledgement) or the model ends. Every 1,024 operations (counted across calls) it
+        reads the clock: past the wall limit it leaves ``p`` before its next operation and flags the run to
+        end (a model of millions of steps of no time would otherwise run on in one event, past the limit)."""
         node = p.node
         q = node.queue if node.msg_events else None
-        while p.allowed:
-            if p.acking:
-                return  # waiting for the acknowledgement of a send
-            if p.outbox:
-                self._send_next(p, q)
-                continue
-            op = p.op
-            kind = type(op)
-            if kind is Compute:
-                if p.work > EPS:
+        ops = self._ops
+        try:
+            while p.allowed:
+                ops += 1
+                if not ops & 0x3FF and time.monotonic() > self._deadline:
+                    self._wall_hit = True
+                    ops -= 1  # the next operation, of any process, reads the clock again: none is taken
                     return
-                p.work = 0.0
-            elif kind is Recv:
-                if not p.begun:
-                    p.begun = True
-                    p.need, p.tag = op.count, op.tag
-                    p.waiting = False
-                if not self._receive(p, q):
+                if p.acking:
+                    return  # waiting for the acknowledgement of a send
+                if p.outbox:
+                    self._send_next(p, q)
+                    continue
+                op = p.op
+                kind = type(op)
+                if kind is Compute:
+                    if p.work > EPS:
+                        return
+                    p.work = 0.0
+                elif kind is Recv:
+                    if not p.begun:
+                        p.begun = True
+                        p.need, p.tag = op.count, op.tag
+                        p.waiting = False
+                    if not self._receive(p, q):
+                        return
+                    p.spinning = False
+                    p.spin_ver += 1
+                elif kind is Send:
+                    if not p.begun:
+                        p.begun = True
+                        if not self._send(p, op):
+                            continue  # the outbox goes first, then the Send is over
+                elif kind is Sleep:
+                    if not p.begun:
+                        p.begun = True
+                        p.sleeping = True
+                        self._push(self.now + op.seconds, _IO_DONE, p)
+                        return
+                    if p.sleeping:
+                        return
+                elif kind is Collective:
+                    if q is not None:
+                        q.append((CollectiveEnter if op.enter else CollectiveLeave)(p.proc, op.op))
+                elif kind is Progress:
+                    self._emit(
+                        node.src,
+                        ev.PROGRESS,
+                        self.now,
+                        node=node.idx,
+                        job=p.proc.job_id,
+                        rank=p.rank,
+                        unit=op.unit,
+                        value=op.value,
+                    )
+                elif op is None:
+                    self._exit(p)
                     return
-                p.spinning = False
-                p.spin_ver += 1
-            elif kind is Send:
-                if not p.begun:
-                    p.begun = True
-                    if not self._send(p, op):
-                        continue  # the outbox goes first, then the Send is over
-            elif kind is Sleep:
-                if not p.begun:
-                    p.begun = True
-                    p.sleeping = True
-                    self._push(self.now + op.seconds, _IO_DONE, p)
-                    return
-                if p.sleeping:
-                    return
-            elif kind is Collective:
-                if q is not None:
-                    q.append((CollectiveEnter if op.enter else CollectiveLeave)(p.proc, op.op))
-            elif kind is Progress:
-                self._emit(
-                    node.src,
-                    ev.PROGRESS,
-                    self.now,
-                    node=node.idx,
-                    job=p.proc.job_id,
-                    rank=p.rank,
-                    unit=op.unit,
-                    value=op.value,
-                )
-            elif op is None:
-                self._exit(p)
-                return
-            else:
-                raise TypeError(f"program kind {p.run.job.kind.name!r} yielded {op!r}, not an operation")
-            p.next_op()
+                else:
+                    raise TypeError(f"program kind {p.run.job.kind.name!r} yielded {op!r}, not an operation")
+                p.next_op()
+        finally:
+            self._ops = ops
 
     def _receive(self, p: _Process, q: deque[LocalEvent] | None) -> bool:
         """Consumes arrived messages of ``p.tag`` toward ``p.need``; True once all have arrived. Each

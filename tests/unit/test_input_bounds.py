@@ -160,6 +160,39 @@ def test_the_simulator_honours_wall_limit_s(tmp_path):
     }
 
 
+def test_the_wall_limit_holds_amid_one_events_many_steps_of_no_time(tmp_path):
+    # Steps of at most the simulator's EPS of CPU (gcomp 1e-7 units: 1e-10 s) take no time: a rank runs
+    # through all ten million of them inside _advance, in the one event that started it, where the heap
+    # loop's clock check (every 1,024 events) never came: 8.3 s for one rank, 16 s for these two, against
+    # the limit. _advance now reads the clock every 1,024 operations. Measured here (2-core host, another
+    # load on it): the run ends 0.03 s past the limit, and the rest of run_once (load, results) takes
+    # 0.01-0.03 s; the 0.5 s margin is for a busy host.
+    import json
+
+    from testbed import runner
+
+    limit = 1.0
+    doc = {
+        "name": "tiny-steps",
+        "cluster": {"nodes": 2},
+        "scheduler": {"name": "batch"},
+        "workload": {
+            "jobs": [
+                {"id": "tiny", "size": 2, "app": {"iterations": 10_000_000, "gcomp": 1e-7, "barrier": False}}
+            ]
+        },
+        "wall_limit_s": limit,
+    }
+    t = time.monotonic()
+    summary = runner.run_once(load(doc=doc), "sim", tmp_path / "out")
+    took = time.monotonic() - t
+    assert took < 2 * limit + 0.5, f"the run took {took:.2f} s against a {limit:g} s wall limit"
+    assert summary["ended"] == wall_limit_reached(limit)
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["jobs_by_state"] == {
+        "COMPLETED_KILLED": 1
+    }
+
+
 def test_validate_reads_the_trace_as_run_would(tmp_path):
     # The trace is read when the jobs are built: the preflight builds them, so what run would fail on
     # (garbage, a gzip cut short, a non-finite field, no usable job) is refused before anything runs.
