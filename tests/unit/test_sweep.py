@@ -418,34 +418,34 @@ def test_plots_are_written_from_rows(tmp_path):
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
 
 
-def test_optional_metrics_are_compared_when_a_variant_has_them(tmp_path):
-    """Paired share and per-class barrier rates become columns, table rows and plots; absent ones do not."""
+@pytest.mark.parametrize(
+    "metrics, shown",
+    [
+        # Paired share and per-class barrier rates (papers 002 and 003's paired gang).
+        (
+            {"quanta_paired_fraction": (0.0, 0.7), "barriers_per_s.io": (2.0, 7.5)},
+            ["barriers/s, io", "7.500", "0.700"],
+        ),
+        # Local users' slowdown: what the parallel jobs cost the workstations' owners (paper 004).
+        (
+            {"local_slowdown_mean": (2.0, 1.41), "local_slowdown_max": (2.4, 1.5)},
+            ["local users' slowdown, mean", "1.410", "2.400"],
+        ),
+    ],
+)
+def test_optional_metrics_are_compared_when_a_variant_has_them(tmp_path, metrics, shown):
+    """An optional metric some variant has becomes a column, table rows and a plot; absent ones do not."""
     rows = [
-        {"variant": "gang", "status": "ok", "quanta_paired_fraction": 0.0, "barriers_per_s.io": 2.0},
-        {"variant": "paired", "status": "ok", "quanta_paired_fraction": 0.7, "barriers_per_s.io": 7.5},
+        {"variant": v, "status": "ok", **{m: values[k] for m, values in metrics.items()}}
+        for k, v in enumerate(("a", "b"))
     ]
     names = {p.name for p in comparison.plot(tmp_path, rows, "t")}
-    assert {"quanta_paired_fraction.png", "barriers_per_s.io.png"} <= names
+    assert {f"{m}.png" for m in metrics} <= names
+    assert not {f"{m}.png" for m in comparison.OPTIONAL_METRICS if m not in metrics} & names
     assert comparison.metric_label("barriers_per_s.io") == "barriers/s, io"
     from rich.console import Console
 
     con = Console(record=True, width=200)
     con.print(comparison.table(rows))
     text = con.export_text()
-    assert "barriers/s, io" in text and "7.500" in text and "0.700" in text
-
-
-def test_local_users_slowdown_is_compared_where_a_variant_has_local_users(tmp_path):
-    """Paper 004's figure: what the parallel jobs cost the workstations' owners, per variant."""
-    rows = [
-        {"variant": "local", "status": "ok", "local_slowdown_mean": 2.0, "local_slowdown_max": 2.4},
-        {"variant": "ccs", "status": "ok", "local_slowdown_mean": 1.41, "local_slowdown_max": 1.5},
-    ]
-    names = {p.name for p in comparison.plot(tmp_path, rows, "t")}
-    assert {"local_slowdown_mean.png", "local_slowdown_max.png"} <= names
-    from rich.console import Console
-
-    con = Console(record=True, width=200)
-    con.print(comparison.table(rows))
-    text = con.export_text()
-    assert "local users' slowdown, mean" in text and "1.410" in text and "2.400" in text
+    assert all(s in text for s in shown), text
