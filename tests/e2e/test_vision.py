@@ -14,6 +14,7 @@ import pytest
 import yaml
 from testbed.apps.vision import OPERATIONS, apply, render
 
+from ..conftest import measured
 from .conftest import wait_clean
 
 # 3 stages of 8 ms of CPU per 33.3 ms frame: 24 % of each node. Buffer b = 30 frames (1 s).
@@ -98,10 +99,18 @@ def test_a_pipeline_alone_meets_every_deadline(tmp_path, backend):
 @pytest.mark.parametrize("backend", ["sim", pytest.param("real", marks=pytest.mark.slow)])
 def test_the_same_pipeline_misses_under_overload(tmp_path, backend):
     jobs = [{"id": f"rt{i}", "size": 3, "app": HEAVY} for i in range(3)]
-    s = _run(tmp_path, jobs, backend, "overload")
-    assert s["jobs_by_state"] == {"COMPLETED_SUCCESSFULLY": 3}
+    runs = iter(range(3))
+
+    def miss_ratio() -> float:
+        s = _run(tmp_path, jobs, backend, f"overload{next(runs)}")
+        assert s["jobs_by_state"] == {"COMPLETED_SUCCESSFULLY": 3}
+        return s["deadline_miss_ratio"]
+
     # At most 1/1.8 of the rate: frame k finishes near 1.8 k d, late from k ~ 4 on: most of 60 frames miss.
-    assert s["deadline_miss_ratio"] > 0.5
+    # Measured 0.667 simulated; real 0.64, 0.67, 0.68 on a quiet host, and once 0.43 in a full test run
+    # beside other tests' processes (not traced). The simulator runs once: it is deterministic.
+    why = "a loaded host moved one real run's miss ratio to 0.43 (not traced)"
+    measured(miss_ratio, lambda m: m > 0.5, why=why, attempts=1 if backend == "sim" else 3)
 
 
 @pytest.mark.parametrize("stages, misses", [(5, False), (6, True)])
