@@ -175,6 +175,7 @@ class NodeMetrics:
             registry=r,
         ).labels(n)
         self.rate_error.set(math.nan)
+        self._local: Gauge | None = None  # local users' session slowdown: set_local_slowdown
         for g in self.procs.values():
             g.set(0)
         if self.power is not None:
@@ -214,6 +215,19 @@ class NodeMetrics:
     def observe_decisions(self, seconds: Iterable[float]) -> None:
         for s in seconds:
             self.decision.observe(s)
+
+    def set_local_slowdown(self, job_class: str | None, slowdown: float) -> None:
+        """A local user's session on this node, its slowdown so far (paper 004): made on first use, so a
+        node without local users exports no such series."""
+        if self._local is None:
+            self._local = Gauge(
+                "testbed_local_session_slowdown_ratio",
+                "A local user's session on the node: its work's emulated time so far over the same work "
+                "alone at the node's rate (the latest session of the class to report)",
+                ["node", "job_class", "scheduler"],
+                registry=self.registry,
+            )
+        self._local.labels(self.node, _job_class(job_class), self.scheduler).set(slowdown)
 
 
 class CoordinatorMetrics:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from testbed.apps.reports import SAMPLE_UNITS
+from testbed.apps.reports import SAMPLE_UNITS, SESSION_ELAPSED, SESSION_IDEAL, SESSION_TIMES
 from testbed.monitoring.metrics import (
     CoordinatorMetrics,
     NodeMetrics,
@@ -73,6 +73,9 @@ class NodeMetricsObserver(_Served):
         self._progress: dict[tuple[str | None, str], float] = {}
         self._progress_last: dict[tuple[str, int, str], float] = {}
         self._samples: list[tuple[str | None, str, float]] = []
+        #: Local users' sessions: (job, rank) -> their running totals of elapsed and ideal time.
+        self._sessions: dict[tuple[str, int], dict[str, float]] = {}
+        self._session_slowdowns: dict[str | None, float] = {}
 
     def begin(self) -> None:
         self._last = (time.monotonic(), self._sample()[0])
@@ -82,6 +85,8 @@ class NodeMetricsObserver(_Served):
         if kind == ev.PROGRESS and rec["unit"] in SAMPLE_UNITS:  # one observation, not a running total
             self._samples.append((self._job_class.get(rec["job"]), rec["unit"], rec["value"]))
         elif kind == ev.PROGRESS:  # the value is cumulative per process; the counter takes increments
+            if rec["unit"] in SESSION_TIMES:
+                self._session(rec)
             key = (rec["job"], rec["rank"], rec["unit"])
             last = self._progress_last.get(key, 0.0)
             self._progress_last[key] = rec["value"]
@@ -92,10 +97,20 @@ class NodeMetricsObserver(_Served):
         elif kind == ev.PROC_STARTED:
             self._job_class[rec["job"]] = rec.get("job_class")
         elif kind == ev.PROC_EXITED:  # a later start of the same rank counts from 0 again
+            self._sessions.pop((rec["job"], rec["rank"]), None)
             for key in [k for k in self._progress_last if k[:2] == (rec["job"], rec["rank"])]:
                 del self._progress_last[key]
         elif kind == ev.RATE_PROBE:
             self.metrics.rate_error.set(rec["error"])
+
+    def _session(self, rec: dict) -> None:
+        """A local user's session reported its running totals (apps/localuser.py): its slowdown so far is
+        elapsed over ideal, as the results compute it at the end."""
+        times = self._sessions.setdefault((rec["job"], rec["rank"]), {})
+        times[rec["unit"]] = rec["value"]
+        if times.get(SESSION_IDEAL, 0.0) > 0 and SESSION_ELAPSED in times:
+            jc = self._job_class.get(rec["job"])
+            self._session_slowdowns[jc] = times[SESSION_ELAPSED] / times[SESSION_IDEAL]
 
     def decided(self, seconds: float) -> None:
         self._decisions.append(seconds)
@@ -122,6 +137,9 @@ class NodeMetricsObserver(_Served):
         for jc, unit, value in self._samples:
             m.observe_sample(jc, unit, value)
         self._samples.clear()
+        for jc, slowdown in self._session_slowdowns.items():
+            m.set_local_slowdown(jc, slowdown)
+        self._session_slowdowns.clear()
         m.observe_decisions(self._decisions)
         self._decisions.clear()
         if self._switches:

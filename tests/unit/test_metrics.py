@@ -237,6 +237,34 @@ def test_node_observer_counts_deadlines_and_a_head_node_has_no_cluster_gauges(tm
             log.close()
 
 
+def test_a_local_users_session_slowdown_is_a_gauge_of_its_node(tmp_path):
+    """Paper 004's figure live: a session's running totals (session_elapsed_s over session_ideal_s, as the
+    results divide them at the end) set its node's gauge at the tick; a node without local users has no
+    such series."""
+    from testbed.monitoring.observers import NodeMetricsObserver
+
+    from testbed.core import events as ev
+
+    obs = NodeMetricsObserver(0, "ccs", 2.0, 1.0, 1, {"port": 0}, sample=lambda: (0.0, 0, 0, 0), send=len)
+    log = ev.EventWriter(tmp_path / "node0.jsonl", "node0")
+    log.subscribe(obs.event)
+    name = "testbed_local_session_slowdown_ratio"
+    labels = {"node": "0", "job_class": "cpu-user", "scheduler": "ccs"}
+    try:
+        obs.begin()
+        log.emit(ev.PROC_STARTED, t=0.0, node=0, job="u", rank=0, pid=1, job_class="cpu-user")
+        obs.tick()
+        assert _v(obs.metrics, name, **labels) is None  # no report yet: no series
+        for ideal, elapsed in ((1.0, 1.5), (2.0, 2.8)):
+            log.emit(ev.PROGRESS, t=elapsed, node=0, job="u", rank=0, unit="session_ideal_s", value=ideal)
+            log.emit(ev.PROGRESS, t=elapsed, node=0, job="u", rank=0, unit="session_elapsed_s", value=elapsed)
+        obs.tick()
+        assert _v(obs.metrics, name, **labels) == pytest.approx(1.4)  # the latest totals: 2.8 / 2.0
+    finally:
+        obs.close()
+        log.close()
+
+
 def test_an_exporter_bound_beyond_loopback_logs_a_warning(monkeypatch, caplog):
     import logging
 
