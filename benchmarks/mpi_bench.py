@@ -156,20 +156,19 @@ MSGCPU_SIZES = (1, 24000, 160000)
 
 
 def _trace_ops(program: str, args: list[str], size: int) -> list[tuple[float, int]]:
-    """Per rank of a recorded trace: (the CPU the simulator charges it, s: its CPU between MPI calls and
-    each message's, apps/mpi.py message_cpu_s; its mirrored messages: sends and receives, and one each
-    way per collective, which the mirror carries as a tbcomm barrier). On 2 ranks each does one of each
-    per collective, which the replay charges as a 0-byte send and a receive."""
-    from testbed.apps.mpi import message_cpu_s
+    """Per rank of a recorded trace: (the CPU the simulator charges it, s: the kind's model's computes,
+    its CPU between MPI calls and each message's; its mirrored messages: sends and receives, and one each
+    way per collective, which the mirror carries as a tbcomm barrier)."""
+    from testbed.apps.base import Compute, SimContext
+    from testbed.apps.mpi import Mpi, MpiConfig
     from testbed.apps.mpi_trace import trace_path
 
+    cfg = MpiConfig(program=program, args=tuple(args))
     ranks = json.loads(trace_path(program, tuple(args), size).read_text())["ranks"]
     out = []
-    for ops in ranks:
-        cpu = sum(op[1] for op in ops if op[0] == "c")
-        cpu += sum(message_cpu_s(op[2]) for op in ops if op[0] == "s")
-        cpu += sum(message_cpu_s() for op in ops if op[0] == "r")
-        cpu += sum(message_cpu_s(0) + message_cpu_s() for op in ops if op[0] == "k") if size > 1 else 0.0
+    for rank, ops in enumerate(ranks):
+        model = Mpi.model(cfg, SimContext(rank, size + 1, lambda: 0.0))  # size ranks and the head
+        cpu = sum(op.cpu_s for op in model if isinstance(op, Compute))
         msgs = sum(1 for op in ops if op[0] in ("s", "r")) + 2 * sum(1 for op in ops if op[0] == "k")
         out.append((cpu, msgs))
     return out
