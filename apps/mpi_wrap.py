@@ -327,15 +327,8 @@ def link_note(env=os.environ) -> str:
     )
 
 
-def _patch(MPI, mirror, n: int) -> None:
-    """``mirror`` is told of each call before it runs (``send``, ``recv``, ``collective``), of the message
-    a receive matched (``matched``, its status) and that the call returned (``done``): a :class:`_Mirror`,
-    or apps/mpi_trace.py's recorder."""
-    link = link_note()
-    _state["mirror"] = mirror
-
-    def congruent(comm) -> bool:
-        return comm.Get_size() == n and MPI.Comm.Compare(comm, MPI.COMM_WORLD) in (MPI.IDENT, MPI.CONGRUENT)
+def _point_to_point(MPI, mirror):
+    """A subclass of MPI.Intracomm whose point-to-point calls tell ``mirror`` (see :func:`_patch`)."""
 
     class TestbedComm(MPI.Intracomm):
         """COMM_WORLD with each message and collective mirrored through the emulated links."""
@@ -414,6 +407,20 @@ def _patch(MPI, mirror, n: int) -> None:
             _await(req)
             return out
 
+    return TestbedComm
+
+
+def _patch(MPI, mirror, n: int) -> None:
+    """``mirror`` is told of each call before it runs (``send``, ``recv``, ``collective``), of the message
+    a receive matched (``matched``, its status) and that the call returned (``done``): a :class:`_Mirror`,
+    or apps/mpi_trace.py's recorder."""
+    link = link_note()
+    _state["mirror"] = mirror
+
+    def congruent(comm) -> bool:
+        return comm.Get_size() == n and MPI.Comm.Compare(comm, MPI.COMM_WORLD) in (MPI.IDENT, MPI.CONGRUENT)
+
+    TestbedComm = _point_to_point(MPI, mirror)
     for name in _COLLECTIVES:
         nonblocking = getattr(MPI.Intracomm, "I" + name, None) if name[0].isupper() else None
         setattr(TestbedComm, name, _collective(getattr(MPI.Intracomm, name), nonblocking, mirror))
