@@ -37,6 +37,7 @@ from testbed.emulator.mechanism.envelope import MIN_QUOTA_US, probe_envelopes, p
 from testbed.results import comparison, stats
 from testbed.results import folder as outfolder
 from testbed.results import summary as results
+from testbed.results.dedicated import Dedicated
 from testbed.scenario import Scenario, effective_tdf, sweep
 from testbed.scenario.swf import TraceError
 from testbed.scenario.workload import build, trace_notes
@@ -363,6 +364,7 @@ def run_once(
                 results.JOBS_PLANNED: len(jobs),
                 results.WORKLOAD_SEED: scn.workload.seed,  # a repetition's own: stated in its results
             },
+            Dedicated(scn, jobs),
         )
         if outcome.cause is not None and not isinstance(outcome.cause, Exception):
             raise outcome.cause  # Ctrl-C: on up, the results written

@@ -29,9 +29,9 @@ METRICS = (
 )
 #: Compared when some variant's summary has them: the share of paired quanta (paired gang), the share of
 #: jobs rejected and of deadlines missed (admission control, real-time classes), paper 000's RT jobs turned
-#: away and BE mean response time, divisible loads' finish spread, local users' session slowdown (paper
-#: 004: what a parallel job costs the workstation's owner), and the per-class progress rates
-#: (``barriers_per_s.<class>``, paper 002).
+#: away and BE mean response time, divisible loads' finish spread, local users' session slowdown and the
+#: parallel jobs' slowdown against a dedicated cluster (paper 004: what each side costs the other), and
+#: the per-class progress rates (``barriers_per_s.<class>``, paper 002).
 OPTIONAL_METRICS = (
     "quanta_paired_fraction",
     "reject_ratio",
@@ -41,6 +41,8 @@ OPTIONAL_METRICS = (
     "finish_spread_s",
     "local_slowdown_mean",
     "local_slowdown_max",
+    results.PARALLEL_SLOWDOWN_MEAN,
+    results.PARALLEL_SLOWDOWN_MAX,
 )
 
 
@@ -199,6 +201,8 @@ _LABELS = {
     "energy_j": "energy (J)",
     "local_slowdown_mean": "local users' slowdown, mean",
     "local_slowdown_max": "local users' slowdown, max",
+    results.PARALLEL_SLOWDOWN_MEAN: "parallel slowdown vs dedicated, mean",
+    results.PARALLEL_SLOWDOWN_MAX: "parallel slowdown vs dedicated, max",
 }
 
 

@@ -49,6 +49,8 @@ HEADLINE = (
     "finish_spread_s",
     "local_slowdown_mean",
     "local_slowdown_max",
+    results.PARALLEL_SLOWDOWN_MEAN,
+    results.PARALLEL_SLOWDOWN_MAX,
 )
 #: Bins of the over-time panels.
 BINS = 200

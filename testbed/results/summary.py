@@ -27,6 +27,7 @@ from testbed.apps.reports import (
 )
 from testbed.core import events as ev
 from testbed.core.jobs import StrEnum
+from testbed.results.dedicated import Dedicated
 from testbed.scenario import ScenarioError, load
 
 JOB_COLUMNS = [
@@ -65,6 +66,13 @@ class FinalState(StrEnum):
 #: jobs.csv's column, last, when the run had local users' sessions (apps/localuser.py): each session's
 #: slowdown, the emulated time its cycles took over the same work's alone (empty for other jobs).
 LOCAL_SLOWDOWN = "local_slowdown"
+#: jobs.csv's column, after local_slowdown, in the same runs (those with local users' sessions: a
+#: non-dedicated cluster, paper 004): each completed parallel job's execution_time over its run time
+#: alone on a dedicated cluster, simulated (testbed/results/dedicated.py); empty for other jobs.
+PARALLEL_SLOWDOWN = "parallel_slowdown"
+#: summary.json's figures of that column: its mean and max over the completed parallel jobs.
+PARALLEL_SLOWDOWN_MEAN = f"{PARALLEL_SLOWDOWN}_mean"
+PARALLEL_SLOWDOWN_MAX = f"{PARALLEL_SLOWDOWN}_max"
 
 #: ``write``'s extra key: how many jobs the workload holds; the summary then counts those never submitted.
 JOBS_PLANNED = "jobs_planned"
@@ -346,6 +354,20 @@ class Tally:
             out[f"local_slowdown_max.{c}"] = max(v)
         return out
 
+    def parallel_slowdowns(self, rows: list[dict], dedicated: Dedicated | None) -> dict[str, float]:
+        """Each completed parallel job's slowdown against its dedicated run time, by job id; none unless
+        the run had local users (the column's switch: only a non-dedicated cluster's runs have it)."""
+        if not self.local or dedicated is None:
+            return {}
+        out = {}
+        for r in rows:
+            if r["final_state"] != FinalState.COMPLETED or r["job_id"] in self.local:
+                continue
+            alone = dedicated.time(r["job_id"], self.nodes_of.get(r["job_id"], ()))
+            if alone:
+                out[r["job_id"]] = r["execution_time"] / alone
+        return out
+
     def progress_rates(self) -> dict[str, float]:
         rates: dict[str, list[float]] = defaultdict(list)
         for (job, unit), (value, t) in self.progress.items():
@@ -393,7 +415,9 @@ def unplanned_line(bad: dict) -> str:
     return f"job {bad['job']} {state}" + (f": {bad['reason']}" if bad["reason"] else "")
 
 
-def summarize(events: Iterable[dict] | Tally, facts: RunFacts) -> dict:
+def summarize(events: Iterable[dict] | Tally, facts: RunFacts, dedicated: Dedicated | None = None) -> dict:
+    """``dedicated``: the run's jobs' dedicated run times, for the parallel slowdown (runs with local
+    users only)."""
     t = events if isinstance(events, Tally) else tally(events)
     rows = t.rows()
     # Response, waiting and slowdown are the parallel jobs': a local user's session never waits (its own
@@ -451,6 +475,10 @@ def summarize(events: Iterable[dict] | Tally, facts: RunFacts) -> dict:
         out["node_rates"] = rates_by_node(facts.node_rates)
     out.update(t.ratios(rows))
     out.update(t.local_figures())
+    slow = list(t.parallel_slowdowns(rows, dedicated).values())
+    if slow:
+        out[PARALLEL_SLOWDOWN_MEAN] = sum(slow) / len(slow)
+        out[PARALLEL_SLOWDOWN_MAX] = max(slow)
     spread = t.finish_spread()
     if spread is not None:
         out["finish_spread_s"] = spread
@@ -511,8 +539,15 @@ def _pct(vals: list[float], q: float) -> float | None:
     return s[k]
 
 
-def write(run_dir: Path, events: Iterable[dict], facts: RunFacts, extra: dict | None = None) -> dict:
-    """jobs.csv and summary.json from the events (any iterable: a list, or a file read line by line)."""
+def write(
+    run_dir: Path,
+    events: Iterable[dict],
+    facts: RunFacts,
+    extra: dict | None = None,
+    dedicated: Dedicated | None = None,
+) -> dict:
+    """jobs.csv and summary.json from the events (any iterable: a list, or a file read line by line).
+    ``dedicated``: the run's jobs' dedicated run times (:func:`summarize`)."""
     t = tally(events)
     rows = t.rows()
     columns = JOB_COLUMNS
@@ -526,6 +561,11 @@ def write(run_dir: Path, events: Iterable[dict], facts: RunFacts, extra: dict | 
         slow = t.local_slowdowns()
         for r in rows:
             r[LOCAL_SLOWDOWN] = slow.get(r["job_id"])
+        if dedicated is not None:
+            columns = [*columns, PARALLEL_SLOWDOWN]
+            par = t.parallel_slowdowns(rows, dedicated)
+            for r in rows:
+                r[PARALLEL_SLOWDOWN] = par.get(r["job_id"])
     with open(run_dir / "jobs.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=columns)
         w.writeheader()
@@ -533,7 +573,7 @@ def write(run_dir: Path, events: Iterable[dict], facts: RunFacts, extra: dict | 
             w.writerow(
                 {k: ("" if v is None else (round(v, 6) if isinstance(v, float) else v)) for k, v in r.items()}
             )
-    summary = summarize(t, facts)
+    summary = summarize(t, facts, dedicated)
     extra = dict(extra or {})
     planned = extra.pop(JOBS_PLANNED, None)
     if planned is not None and planned > summary["jobs"]:
@@ -595,7 +635,8 @@ def rebuild(run_dir: Path, ended: str | None = None, allow_empty: bool = False) 
         facts = facts_of(scn, "ray", tdf or old.get("tdf") or 1.0, envelope or old.get("envelope", "unknown"))
     else:
         facts = facts_of(scn, "sim", 1.0, "modelled")
-    computed = summarize(events, facts)
+    dedicated = Dedicated(scn)  # the workload is rebuilt only if some figure needs it
+    computed = summarize(events, facts, dedicated)
     extra = {k: v for k, v in old.items() if k not in computed}
     errors = [e["error"] for e in events if e["kind"] == ev.RUN_ERROR]
     if not extra.get("ended"):
@@ -603,7 +644,7 @@ def rebuild(run_dir: Path, ended: str | None = None, allow_empty: bool = False) 
     if not extra.get("error") and errors:
         extra["error"] = errors[0]
     extra.setdefault("error", None)
-    return write(run_dir, events, facts, extra)
+    return write(run_dir, events, facts, extra, dedicated)
 
 
 def table(summaries: list[dict], title: str = "results"):

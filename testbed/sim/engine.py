@@ -1081,6 +1081,15 @@ class Simulation:
         self._exits.append((p.proc.job_id, p.rank))
 
 
+def network_options(scn: Scenario) -> dict[str, Any]:
+    """:class:`Simulation`'s ``latency_s`` and ``bandwidth_Bps`` from a scenario's ``cluster.network``."""
+    net = scn.cluster.network
+    return {
+        "latency_s": net.latency_us * 1e-6,
+        "bandwidth_Bps": net.bandwidth_mbps * 1e6 / 8 if net.bandwidth_mbps else None,
+    }
+
+
 def _options(scn: Scenario) -> dict[str, Any]:
     """:class:`Simulation`'s keyword arguments from a scenario (its cluster, network, duration, faults)."""
     c = scn.cluster
@@ -1089,8 +1098,7 @@ def _options(scn: Scenario) -> dict[str, Any]:
         "node_info": c.node_info(),
         "seed": scn.workload.seed,
         "duration": scn.duration_s,
-        "latency_s": c.network.latency_us * 1e-6,
-        "bandwidth_Bps": c.network.bandwidth_mbps * 1e6 / 8 if c.network.bandwidth_mbps else None,
+        **network_options(scn),
         "faults": scn.faults.faults(),
         "on_node_down": scn.faults.on_node_down,
         "wall_limit_s": scn.wall_limit_s,

@@ -83,11 +83,13 @@ def _run(path: Path, out: Path, backend: str) -> tuple[dict, list[dict]]:
 def test_ccs_gives_a_local_user_its_share_on_real_processes_as_in_the_simulator(tmp_path):
     path = tmp_path / "ccs.yaml"
     path.write_text(yaml.safe_dump(SCENARIO))
-    slowdown, coop = {}, {}
+    slowdown, coop, alone = {}, {}, {}
     for backend in ("sim", "ray"):
         rows, events = _run(path, tmp_path / backend, backend)
         assert rows["par"]["final_state"] == rows["user"]["final_state"] == "COMPLETED_SUCCESSFULLY", rows
         slowdown[backend] = float(rows["user"]["local_slowdown"])
+        # The parallel job's reference alone on a dedicated cluster, as the results derive its slowdown.
+        alone[backend] = float(rows["par"]["execution_time"]) / float(rows["par"]["parallel_slowdown"])
         coop[backend] = [(e["kind"], e["node"], e["event"]) for e in events if e["kind"].startswith("coop_")]
     print(f"session slowdown under CCS, L = {L}: {slowdown}")
     # The simulator: 1 / (1 - L) to within a nice value's step of CFS weight.
@@ -98,6 +100,8 @@ def test_ccs_gives_a_local_user_its_share_on_real_processes_as_in_the_simulator(
     expected += [("coop_sent", 0, "NoLocal"), ("coop_received", 1, "NoLocal")]
     assert coop["sim"] == expected
     assert sorted(coop["ray"]) == sorted(expected)
+    # Simulated for both backends from the same job: 60 x 40 ms of CPU at rate 1 (jobs.csv's 6 decimals).
+    assert alone["sim"] == pytest.approx(2.4, rel=1e-5) and alone["ray"] == pytest.approx(2.4, rel=1e-5)
 
 
 @pytest.mark.extended  # 18 s more of the default run for the same mechanism as the test above
