@@ -173,7 +173,7 @@ class Recorder:
     def flush(self) -> None:
         pass
 
-    def send(self, dest: int, tag: int, nbytes: int) -> None:
+    def send(self, dest: int, tag: int, nbytes: int, sent_at: float) -> None:
         self._compute()
         if 0 <= dest < self.n:
             self.ops.append(["s", dest, nbytes, max(0, tag)])

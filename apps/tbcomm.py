@@ -116,17 +116,18 @@ def _connect(addr: str, timeout: float) -> socket.socket:
     return sock
 
 
-def _data_body(buf, start: int, end: int, mode: int) -> bytes:
+def _data_body(buf, start: int, end: int, mode: int, early: float) -> bytes:
     """The payload of a STAMPED or SIZED message the NIC handed over (apps/wire.py, STAMP and SIZE): a
-    stamped one is returned when it is due (the NIC hands it over up to its lead early, and the receiver
-    spins the rest, because a wake-up from sleep takes longer than that lead); a sized one carries no
-    payload, only its count, and gives an empty one."""
+    stamped one is returned when it is due less ``early`` (the NIC hands it over up to its lead early, and
+    the receiver spins the rest, because a wake-up from sleep takes longer than that lead); a sized one
+    carries no payload, only its count, and gives an empty one."""
     if mode & SIZED:
         body = b""
     else:
         body = bytes(buf[start + STAMP.size : end])
     if mode & STAMPED:
         (due,) = STAMP.unpack_from(buf, start)
+        due -= early
         now = time.monotonic
         while now() < due:
             pass
@@ -175,6 +176,11 @@ class Comm:
         #: how a send waits for the receiving NIC's acknowledgement ("none": it does not ask for one)
         self.send_wait = send_wait
         self.stamped = stamped
+        #: Real seconds before a stamped message is due that a receive returns it: what its caller still
+        #: spends before the program has the message, which the caller measures and sets (the MPI mirror:
+        #: MPI's own receive after the mirror's, apps/mpi_wrap.py), so that the program sees the message
+        #: when the link delivers it. 0: returned when due.
+        self.early_s = 0.0
         self.max_message = max_frame_body - STAMP.size
         self._sent_acked = 0  # sends that asked for an acknowledgement (numbers SEND_BLOCKED frames)
         #: real seconds a recv may wait before giving up; None waits for ever. Off by default because a
@@ -245,19 +251,20 @@ class Comm:
             raise CommError(f"tag {tag}: user tags must be >= 0")
         self._send(dst, data, tag)
 
-    def send_sized(self, dst: int, nbytes: int, tag: int = 0) -> None:
+    def send_sized(self, dst: int, nbytes: int, tag: int = 0, sent_at: float | None = None) -> None:
         """A message of ``nbytes`` bytes that carries none of them (apps/wire.py, SIZE): the emulated link
         takes as long as for ``nbytes`` bytes, and the receiver gets an empty payload. For a mirror whose
         data moves another way (apps/mpi_wrap.py: MPI moves it), so that neither the sender nor the NICs
         spend CPU on copying bytes that a real NIC would carry. The frame bound (``max_frame_body``) does
-        not apply to ``nbytes``: nothing is allocated for it."""
+        not apply to ``nbytes``: nothing is allocated for it. ``sent_at``: when the caller's send began
+        (CLOCK_MONOTONIC; None: now), from which an emulated link counts."""
         if not 0 <= dst < self.size:
             raise CommError(f"send to rank {dst}: out of range 0..{self.size - 1}")
         if tag < 0:
             raise CommError(f"tag {tag}: user tags must be >= 0")
         if not 0 <= nbytes < 2 ** (8 * SIZE.size):
             raise CommError(f"send to rank {dst}: a sized message of {nbytes} bytes")
-        self._send(dst, SIZE.pack(nbytes), tag, SIZED)
+        self._send(dst, SIZE.pack(nbytes), tag, SIZED, sent_at)
 
     def _take_acks(self) -> int:
         n = self._acks
@@ -266,8 +273,8 @@ class Comm:
         self._acks -= n
         return n
 
-    def _send(self, dst: int, data, tag: int, sized: int = 0) -> None:
-        """``sized``: 0, or SIZED when ``data`` is a SIZE (send_sized)."""
+    def _send(self, dst: int, data, tag: int, sized: int = 0, sent_at: float | None = None) -> None:
+        """``sized``: 0, or SIZED when ``data`` is a SIZE (send_sized); ``sent_at``: see send_sized."""
         n = len(data)
         if n > self.max_message:
             raise CommError(
@@ -281,7 +288,7 @@ class Comm:
         mode = (WANT_ACK if wait else 0) | sized
         if self.stamped and sock is not self._local:
             hdr = HEADER.pack(n + STAMP.size, DATA, mode | STAMPED, acks, self.rank, dst, tag)
-            hdr += STAMP.pack(time.monotonic())
+            hdr += STAMP.pack(time.monotonic() if sent_at is None else sent_at)
         else:
             hdr = HEADER.pack(n, DATA, mode, acks, self.rank, dst, tag)
         try:
@@ -448,7 +455,7 @@ class Comm:
                     if n > need:
                         buf += view[need:n]
                     if ftype == DATA and mode & (STAMPED | SIZED):
-                        return ftype, a, b, c, _data_body(view, _HSIZE, need, mode), mode
+                        return ftype, a, b, c, _data_body(view, _HSIZE, need, mode, self.early_s), mode
                     return ftype, a, b, c, bytes(view[_HSIZE:need]), mode
             buf += view[:n]
         while True:
@@ -457,7 +464,7 @@ class Comm:
                 need = _HSIZE + blen
                 if len(buf) >= need:
                     if ftype == DATA and mode & (STAMPED | SIZED):
-                        body = _data_body(buf, _HSIZE, need, mode)
+                        body = _data_body(buf, _HSIZE, need, mode, self.early_s)
                     else:
                         body = bytes(buf[_HSIZE:need])
                     del buf[:need]

@@ -211,7 +211,46 @@ def test_a_call_noted_in_two_parts_counts_the_cpu_before_it_once():
     while time.thread_time() - t0 < 0.05:
         pass
     spent = time.thread_time() - t0
-    rec.send(1, 0, 8)
+    rec.send(1, 0, 8, time.monotonic())
     rec.recv(1, 0)
     computed = sum(op[1] for op in rec.ops if op[0] == "c")
     assert spent <= computed < spent * 1.5, rec.ops
+
+
+def test_a_stamped_message_is_returned_early_by_what_its_caller_still_spends():
+    # The MPI mirror takes its own receive's cost off the link's delivery (tbcomm's early_s): a message
+    # due in 50 ms returned 40 ms early must come at 10 ms, not at 50 (early ignored) nor before 10.
+    import time
+
+    from testbed.apps.tbcomm import _data_body
+    from testbed.apps.wire import STAMP, STAMPED
+
+    for early in (0.0, 0.040):
+        due = time.monotonic() + 0.050
+        body = _data_body(STAMP.pack(due) + b"xy", 0, STAMP.size + 2, STAMPED, early)
+        returned = time.monotonic()
+        assert body == b"xy"
+        assert returned >= due - early
+        if early:
+            assert returned < due, (returned, due)
+
+
+def test_the_mirror_takes_the_median_of_its_receives_off_the_link_bounded():
+    # matched() measures MPI's part of each receive after the mirror's and sets tbcomm's early_s to the
+    # median of EARLY_WINDOW of them, at most MAX_EARLY_S; on an ideal link (not stamped) nothing.
+    from types import SimpleNamespace
+
+    from testbed.apps import mpi_wrap
+
+    for stamped, costs, want in (
+        (True, [5e-6] * 7 + [8e-6] * 8, 8e-6),
+        (True, [1e-3] * mpi_wrap.EARLY_WINDOW, mpi_wrap.MAX_EARLY_S),  # a rendezvous' wait is not ours
+        (False, [5e-6] * mpi_wrap.EARLY_WINDOW, 0.0),
+    ):
+        tb = SimpleNamespace(stamped=stamped, early_s=0.0, _standing=True, mode="spin")
+        mirror = mpi_wrap._Mirror(tb, 2)
+        mirror.active = True
+        for cost in costs:
+            mirror.mirrored_at = mpi_wrap.time.monotonic() - cost
+            mirror.matched(None)
+        assert abs(tb.early_s - want) < 2e-6, (stamped, tb.early_s, want)
