@@ -1,23 +1,42 @@
-"""The simulator at scale: 10,000 jobs of a real trace on 1,000 nodes (scenarios/trace-nasa.yaml).
+"""The simulator at scale, beside a peer: the NASA trace on 1,000 nodes (also run by AccaSim), and 100,000
+generated jobs on 10,000 nodes.
 
-Each figure is one `testbed run ... --backend sim` in a child process, timed from launch to exit (so it
-includes start-up, the workload build, the simulation, writing the event log and the results) with its
-peak resident memory:
+Each testbed figure is one `testbed run ... --backend sim` in a child process, timed from launch to exit
+(so it includes start-up, the workload build, the simulation, writing the event log and the results),
+with that child's own peak resident memory (wait4). The parts (``--only``, comma-separated):
 
-- sim_easy_s: batch with EASY backfilling (the scenario as shipped);
-- sim_gang_s: strict gang scheduling, MPL 3, 10-minute quanta;
-- sim_easy_1p_s, sim_gang_1p_s: the same two with each trace job one compute phase
-  (``workload.trace.app.barrier=false``: no barrier every 10 minutes), the jobs the simulator runs as one
-  piece each (docs/architecture.md, "The simulator's job-level fast path"); the shipped scenario's jobs,
-  with their barriers, run rank by rank;
-- ``*_cpu_s``: the same runs' CPU time (user + system), which another load on the host changes less.
+- ``easy``: scenarios/trace-nasa.yaml as shipped, 10,000 jobs on 1,000 nodes, batch with EASY
+  backfilling; ``gang``: strict gang scheduling, MPL 3, 10-minute quanta; ``fcfs``: batch without
+  backfilling. Their jobs have a barrier every 10 emulated minutes, so they run rank by rank;
+- ``easy-1p``, ``gang-1p``: the same with each trace job one compute phase
+  (``workload.trace.app.barrier=false``), the jobs the simulator runs as one piece each
+  (docs/architecture.md, "The simulator's job-level fast path");
+- ``peer-fcfs``, ``peer-easy``: AccaSim 1.1.3 (PyPI ``accasim``, the benchmark-only ``peer`` extra:
+  ``python3 -m pip install -e '.[peer]'``; benchmarks/sim_peer.py applies the 2-line shim it needs on
+  Python >= 3.10, ``collections.Mapping``) on exactly the jobs the testbed runs (built by the testbed,
+  written as SWF, times x125 so AccaSim's integer times hold them exactly), one child process each,
+  timed the same way; they add ``fcfs`` and ``easy``. Printed: the time ratio and each mean wait. FCFS
+  must agree with the peer (MISMATCH is printed above 0.1 %). EASY is held to a count-based EASY
+  reference (benchmarks/sim_peer.py, ``easy``), not to the peer: **AccaSim's EASY never enforces the
+  head job's reservation** (it backfills with ``reserved_nodes=[]``, so every later job that fits starts,
+  whatever its length); its waits are those of a greedy reference (every queued job that fits starts),
+  also printed;
+- ``scale-easy``, ``scale-gang`` (``scale``: both): 100,000 jobs of the Lublin-Feitelson model
+  (testbed/scenario/lublin.py, the paper's parameters, seed 0, ``job_types: all``) on 10,000 nodes, its
+  arrivals stretched x1.4 (``arrival_scale``: an offered load about 0.7 instead of the model's 0.99 at
+  this size), each job one compute phase of its drawn run time (``app: {barrier: false}``), estimates
+  the run times; EASY, and gang with MPL 3 and 10-minute quanta. The scenario is written to a temporary
+  folder.
 
-Targets (issue 8): sim_easy_s <= 30, sim_gang_s <= 60, sim_peak_rss_mb <= 1024, on a 2-core machine. A
-baseline measured in the same run, a fixed pure-Python workload of the simulator's kind (a heap of timed
-events, small dicts, JSON lines), gives each time as a ratio too (``*_per_baseline``), to compare hosts or
-runs on a noisy machine.
+Targets (issue 23; medians of ``--reps`` runs, default 3; ratios from the same run): NASA EASY at least
+4x faster than AccaSim, its mean wait within 0.1 % of the count-based reference's; NASA EASY <= 15 s,
+gang <= 30 s, peak memory <= 500 MB; 100,000 jobs on 10,000 nodes, EASY <= 60 s and <= 2 GB (gang
+reported, no target). Every figure is printed with its target and ``met`` or ``MISSED``. A run past
+``--timeout`` is killed and reported as such. A baseline measured in the same run, a fixed pure-Python
+workload of the simulator's kind (a heap of timed events, small dicts, JSON lines), gives each time as a
+ratio too (``*_per_baseline``), to compare hosts or runs on a noisy machine.
 
-    python benchmarks/sim_scale.py [--jobs 10000] [--reps 1] [--only easy,gang,easy-1p,gang-1p]
+    python benchmarks/sim_scale.py [--jobs 10000] [--reps 3] [--only easy,gang,peer-easy,scale,...]
 
 The last line of output is one JSON object.
 """
@@ -27,7 +46,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
-import resource
+import os
 import statistics
 import subprocess
 import sys
@@ -35,11 +54,43 @@ import tempfile
 import time
 from pathlib import Path
 
+import sim_peer
+
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "trace-nasa.yaml"
 GANG = ["--set", "scheduler.name=gang", "--set", "scheduler.params={mpl: 3, quantum_ms: 600000}"]
+FCFS = ["--set", "scheduler.params={backfill: false}"]
 ONE_PHASE = ["--set", "workload.trace.app.barrier=false"]
-VARIANTS = {"easy": [], "gang": GANG, "easy-1p": ONE_PHASE, "gang-1p": [*GANG, *ONE_PHASE]}
+VARIANTS = {"easy": [], "gang": GANG, "fcfs": FCFS, "easy-1p": ONE_PHASE, "gang-1p": [*GANG, *ONE_PHASE]}
+PEERS = {"peer-fcfs": "fcfs", "peer-easy": "easy"}  # each peer run and the testbed run it is set beside
+SCALE = {"scale-easy": [], "scale-gang": GANG}
+PARTS = [*VARIANTS, *PEERS, *SCALE]
+DEFAULT = ["easy", "gang", "easy-1p", "gang-1p", "peer-fcfs", "peer-easy", "scale-easy", "scale-gang"]
+#: The 100,000-job workload: the Lublin-Feitelson model on 10,000 nodes, arrivals stretched to a load ~0.7.
+SCALE_NODES, SCALE_JOBS, SCALE_ARRIVAL = 10_000, 100_000, 1.4
+MB = 1024.0  # ru_maxrss is in KiB on Linux
+
+#: name: (target, "<=" or ">="). Times in s, memory in MB, relative differences as fractions.
+TARGETS = {
+    "sim_easy_s": (15, "<="),
+    "sim_gang_s": (30, "<="),
+    "sim_nasa_peak_rss_mb": (500, "<="),
+    "peer_easy_speedup": (4, ">="),
+    "easy_wait_vs_reference": (0.001, "<="),
+    "fcfs_wait_vs_peer": (0.001, "<="),
+    "scale_easy_s": (60, "<="),
+    "scale_easy_rss_mb": (2048, "<="),
+}
+PERCENT = ("_vs_reference", "_vs_peer")  # the targets that are relative differences, shown as percentages
+
+
+def verdict(name: str, value) -> str:
+    target, way = TARGETS[name]
+    shown = f"{target:.1%}" if name.endswith(PERCENT) else f"{target:g}"
+    if not isinstance(value, (int, float)):
+        return f"target {way} {shown}: MISSED"
+    ok = value <= target if way == "<=" else value >= target
+    return f"target {way} {shown}: {'met' if ok else 'MISSED'}"
 
 
 def baseline() -> float:
@@ -56,66 +107,321 @@ def baseline() -> float:
     return time.perf_counter() - t
 
 
-def run(args: list[str], out: Path) -> tuple[float, float]:
-    """Wall seconds and CPU seconds (user + system) of one `testbed run` child process."""
-    cmd = [sys.executable, "-m", "testbed.cli", "run", str(SCENARIO), "--backend", "sim", "-q"]
-    cmd += ["--out", str(out)]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t = time.perf_counter()
-    proc = subprocess.Popen([*cmd, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _, err = proc.communicate()
-    wall = time.perf_counter() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise SystemExit(f"testbed run failed ({proc.returncode}): {err.strip()}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+class Child:
+    """One child process's wall seconds, CPU seconds (user + system), peak RSS (MB) and output."""
+
+    def __init__(self, cmd: list[str], timeout: float, workdir: Path) -> None:
+        out, err = workdir / "child.out", workdir / "child.err"
+        t = time.perf_counter()
+        with open(out, "w") as o, open(err, "w") as e:
+            proc = subprocess.Popen(cmd, stdout=o, stderr=e, cwd=ROOT)
+        deadline = t + timeout
+        status = None
+        while status is None:
+            pid, status_, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                status = status_
+                break
+            if time.perf_counter() > deadline:
+                proc.kill()
+                _, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.05)
+        self.wall = time.perf_counter() - t
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+        self.timed_out = self.wall > timeout
+        self.cpu = usage.ru_utime + usage.ru_stime
+        self.rss_mb = usage.ru_maxrss / MB
+        self.out = out.read_text()
+        if proc.returncode != 0 and not self.timed_out:
+            raise SystemExit(f"{' '.join(cmd[:6])} ... failed ({proc.returncode}): {err.read_text().strip()}")
+
+
+def testbed_run(scenario: Path, args: list[str], out: Path, timeout: float) -> Child:
+    cmd = [sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "sim", "-q"]
+    out.mkdir(parents=True)
+    return Child([*cmd, "--out", str(out / "run"), *args], timeout, out)
+
+
+def scale_scenario(folder: Path, jobs: int, nodes: int) -> Path:
+    path = folder / "lublin-scale.yaml"
+    path.write_text(
+        f"""# benchmarks/sim_scale.py's scale part: the Lublin-Feitelson model, {jobs} jobs on {nodes} nodes.
+name: lublin-scale
+cluster: {{nodes: {nodes}}}
+scheduler: {{name: batch, params: {{backfill: true}}}}
+workload:
+  seed: 0
+  generator:
+    kind: lublin
+    count: {jobs}
+    arrival_scale: {SCALE_ARRIVAL}
+    step_s: 172800  # at most two days a step: one step for every job (its run time is at most that)
+    app: {{barrier: false}}
+"""
+    )
+    return path
+
+
+def offered_load(jobs: int, nodes: int) -> tuple[float, float]:
+    """The scale workload's offered load (node-seconds asked over nodes x the arrivals' span) and the last
+    arrival's time (emulated s)."""
+    from testbed.scenario import lublin
+
+    drawn = lublin.draw(jobs, nodes, 0)
+    span = (drawn[-1].submit_s - drawn[0].submit_s) * SCALE_ARRIVAL
+    return sum(d.size * d.run_s for d in drawn) / (nodes * span), span
+
+
+def last_time(events: Path) -> float:
+    """The emulated time of the last whole record of a run's event log (0 if none)."""
+    try:
+        with open(events, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, 2) - 65536))
+            lines = fh.read().splitlines()
+    except OSError:
+        return 0.0
+    for line in reversed(lines[1:] if len(lines) > 1 else lines):
+        try:
+            return float(json.loads(line)["t"])
+        except (ValueError, KeyError):
+            continue
+    return 0.0
+
+
+def rel(a: float, b: float) -> float:
+    return (a - b) / b if b else float("inf") if a else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
     doc = __doc__.split("\n")[0]
     parser = argparse.ArgumentParser(prog="python benchmarks/sim_scale.py", description=doc)
-    parser.add_argument("--jobs", type=int, default=10_000, help="trace jobs replayed (default 10000)")
-    parser.add_argument("--reps", type=int, default=1, help="runs of each figure; the median is reported")
-    parser.add_argument("--only", default=",".join(VARIANTS), help="the figures to measure, comma-separated")
+    parser.add_argument("--jobs", type=int, default=10_000, help="NASA trace jobs replayed (default 10000)")
+    parser.add_argument("--reps", type=int, default=3, help="runs of each figure; the median is reported")
+    parser.add_argument(
+        "--only", default=",".join(DEFAULT), help=f"parts, comma-separated, of: {', '.join(PARTS)}, scale"
+    )
+    parser.add_argument("--scale-jobs", type=int, default=SCALE_JOBS, help="jobs of the scale part")
+    parser.add_argument("--scale-nodes", type=int, default=SCALE_NODES, help="nodes of the scale part")
+    parser.add_argument(
+        "--timeout", type=float, default=900, help="seconds a run may take before it is killed"
+    )
+    parser.add_argument("--keep", type=Path, help="keep the runs' folders here (default: a temporary folder)")
     args = parser.parse_args(argv)
-    names = [n for n in args.only.split(",") if n]
-    if unknown := [n for n in names if n not in VARIANTS]:
-        parser.error(f"--only: unknown {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
+    names = [n for part in args.only.split(",") if part for n in (list(SCALE) if part == "scale" else [part])]
+    if unknown := [n for n in names if n not in PARTS]:
+        parser.error(f"--only: unknown {', '.join(unknown)}; known: {', '.join(PARTS)}, scale")
+    for peer, own in PEERS.items():  # a peer's figure is set beside the testbed's own run of the same policy
+        if peer in names and own not in names:
+            names.insert(names.index(peer), own)
+    names = list(dict.fromkeys(names))
     common = ["--set", f"workload.trace.count={args.jobs}"]
     base = statistics.median(baseline() for _ in range(3))
-    figures: dict[str, list[float]] = {n: [] for n in names}
-    cpu: dict[str, list[float]] = {n: [] for n in names}
+    print(f"load average at start: {os.getloadavg()[0]:.2f}; baseline {base:.3f} s", flush=True)
+
+    peers = [n for n in names if n in PEERS]
+    peer_why = None
+    if peers:
+        try:
+            sim_peer.shim()
+            import accasim  # noqa: F401
+
+            jobs, nodes = sim_peer.testbed_jobs(SCENARIO, common[1::2])  # the KEY=VALUE of each --set
+        except ImportError:
+            peer_why = "accasim is not installed: python3 -m pip install -e '.[peer]'"
+            print(f"peer: {peer_why}", flush=True)
+        else:
+            ticks = sim_peer.ticks_for(jobs)
+            refs = {}
+            for ref in (sim_peer.fcfs, sim_peer.easy, sim_peer.greedy):
+                waits = ref(jobs, nodes)
+                refs[ref.__name__] = sum(waits) / len(waits)
+            print(
+                f"references on the same {len(jobs)} jobs: mean wait FCFS {refs['fcfs']:.5f} s, count-based "
+                f"EASY {refs['easy']:.5f} s, greedy {refs['greedy']:.5f} s",
+                flush=True,
+            )
+
+    walls: dict[str, list[float]] = {n: [] for n in names}
+    cpus: dict[str, list[float]] = {n: [] for n in names}
+    rss: dict[str, float] = {}
+    waits: dict[str, float] = {}
+    timeouts: set[str] = set()
+    progress: dict[str, tuple[float, float]] = {}  # a killed scale run: emulated time reached, its share
     with tempfile.TemporaryDirectory(prefix="sim-scale-") as tmp:
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        if any(n in SCALE for n in names):
+            scale = scale_scenario(folder, args.scale_jobs, args.scale_nodes)
+            load, span = offered_load(args.scale_jobs, args.scale_nodes)
+            print(f"scale: {scale} (offered load {load:.2f}, last arrival at {span:.4g} s)", flush=True)
+        if peers and peer_why is None:
+            swf = folder / "nasa-jobs.swf"
+            sim_peer.write_swf(jobs, swf, ticks)
         for rep in range(args.reps):
             for name in names:
-                extra = VARIANTS[name]
-                out = Path(tmp) / f"{name}-{rep}"
-                t = time.perf_counter()
-                wall, used = run([*common, *extra], out)
-                figures[name].append(wall)
-                cpu[name].append(used)
-                summary = json.loads((out / "summary.json").read_text())
+                if name in timeouts or (name in PEERS and peer_why is not None):
+                    continue
+                out = folder / f"{name}-{rep}"
+                if name in PEERS:
+                    cmd = [sys.executable, str(Path(__file__).with_name("sim_peer.py"))]
+                    out.mkdir(parents=True)
+                    run = Child(
+                        [*cmd, str(swf), str(nodes), PEERS[name], str(ticks), str(out)], args.timeout, out
+                    )
+                    if not run.timed_out:
+                        got = json.loads(run.out.strip().splitlines()[-1])
+                        waits[name] = got["mean_wait_s"]
+                        what = f"{got['jobs']} jobs, mean wait {got['mean_wait_s']:.5f} s"
+                elif name in SCALE:
+                    run = testbed_run(scale, SCALE[name], out, args.timeout)
+                else:
+                    run = testbed_run(SCENARIO, [*common, *VARIANTS[name]], out, args.timeout)
+                if name not in PEERS and not run.timed_out:
+                    summary = json.loads((out / "run" / "summary.json").read_text())
+                    waits[name] = summary["mean_waiting_time_s"]
+                    what = (
+                        f"{summary['jobs']} jobs, {summary['jobs_by_state']}, makespan "
+                        f"{summary['makespan_s']:.0f} s, mean wait {summary['mean_waiting_time_s']:.5f} s"
+                    )
+                if run.timed_out:
+                    timeouts.add(name)
+                    what = f"killed at --timeout {args.timeout:g} s"
+                    if name in SCALE:
+                        reached = last_time(out / "run" / "events.jsonl")
+                        share = reached / span
+                        progress[name] = (reached, share)
+                        what += (
+                            f", its log up to {reached:.4g} s of emulated time, {share:.1%} of the last "
+                            f"arrival's {span:.4g} s"
+                        )
+                walls[name].append(run.wall)
+                cpus[name].append(run.cpu)
+                rss[name] = max(rss.get(name, 0.0), run.rss_mb)
                 print(
-                    f"{name:>7}: {wall:6.1f} s ({used:.1f} s CPU)  {summary['jobs']} jobs, "
-                    f"{summary['jobs_by_state']}, makespan {summary['makespan_s']:.0f} s "
-                    f"({time.perf_counter() - t:.1f} s)",
+                    f"{name:>10} #{rep + 1}: {run.wall:6.1f} s ({run.cpu:.1f} s CPU, {run.rss_mb:.0f} MB)  "
+                    f"{what}",
                     flush=True,
                 )
-    # The largest peak resident memory of the children (each run is one process: no Ray in the simulator).
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
+
     result: dict = {}
+    lines = []
     for name in names:
         key = name.replace("-", "_")
-        wall = statistics.median(figures[name])
-        result[f"sim_{key}_s"] = round(wall, 2)
-        result[f"sim_{key}_cpu_s"] = round(statistics.median(cpu[name]), 2)
-        result[f"sim_{key}_per_baseline"] = round(wall / base, 1)
+        if name in PEERS and peer_why is not None:
+            result[f"{key}_s"] = peer_why
+            continue
+        if name in timeouts:
+            result[f"{key}_s"] = f"killed at --timeout {args.timeout:g} s"
+            result[f"{key}_rss_mb"] = round(rss[name], 1)  # when it was killed
+            if name in progress:
+                result[f"{key}_progress"] = round(progress[name][1], 4)
+            continue
+        wall = statistics.median(walls[name])
+        prefix = "" if name.startswith(("peer", "scale")) else "sim_"
+        result[f"{prefix}{key}_s"] = round(wall, 2)
+        result[f"{prefix}{key}_cpu_s"] = round(statistics.median(cpus[name]), 2)
+        result[f"{prefix}{key}_per_baseline"] = round(wall / base, 1)
+        result[f"{prefix}{key}_rss_mb"] = round(rss[name], 1)
+        result[f"{prefix}{key}_mean_wait_s"] = round(waits[name], 6)
+
+    nasa = [n for n in names if n in VARIANTS and n not in timeouts]
+    if nasa:
+        result["sim_nasa_peak_rss_mb"] = round(max(rss[n] for n in nasa), 1)
+    reps = f"median of {args.reps}" if args.reps > 1 else "1 run"
+    print(f"\nfigures ({reps}; host load average now {os.getloadavg()[0]:.2f}):")
+    for name, label in (("easy", "NASA EASY"), ("gang", "NASA gang, 10-minute quanta")):
+        if name in names:
+            value = result.get(f"sim_{name}_s")
+            lines.append(f"{label}: {value} s ({verdict(f'sim_{name}_s', value)})")
+    if "sim_nasa_peak_rss_mb" in result:
+        value = result["sim_nasa_peak_rss_mb"]
+        lines.append(f"NASA peak memory: {value} MB ({verdict('sim_nasa_peak_rss_mb', value)})")
+    for name in ("easy-1p", "gang-1p"):
+        key = "sim_" + name.replace("-", "_") + "_s"
+        if name in names and key in result:
+            lines.append(f"NASA {name} (one compute phase a job): {result[key]} s")
+    if peers and peer_why is None:
+        result |= {f"reference_{k}_mean_wait_s": round(v, 6) for k, v in refs.items()}
+    if "peer-fcfs" in names and "peer-fcfs" not in timeouts and peer_why is None and "fcfs" not in timeouts:
+        ours, theirs = result["sim_fcfs_s"], result["peer_fcfs_s"]
+        diff = rel(waits["fcfs"], waits["peer-fcfs"])
+        result["fcfs_wait_vs_peer"] = diff
+        result["peer_fcfs_speedup"] = round(theirs / ours, 2)
+        cpu = result["peer_fcfs_cpu_s"] / result["sim_fcfs_cpu_s"]
+        lines.append(
+            f"NASA FCFS: testbed {ours} s, AccaSim {theirs} s: testbed/peer time {ours / theirs:.2f}, "
+            f"speed-up {theirs / ours:.2f}x; by CPU time {cpu:.2f}x"
+        )
+        lines.append(
+            f"  mean wait: testbed {waits['fcfs']:.5f} s, AccaSim {waits['peer-fcfs']:.5f} s, FCFS "
+            f"reference {refs['fcfs']:.5f} s; testbed vs AccaSim {diff:+.4%} "
+            f"({verdict('fcfs_wait_vs_peer', abs(diff))})"
+        )
+        if abs(diff) > TARGETS["fcfs_wait_vs_peer"][0]:
+            lines.append(
+                "  *** MISMATCH: FCFS mean waits of the testbed and AccaSim differ by more than 0.1 % ***"
+            )
+    if "peer-easy" in names and "peer-easy" not in timeouts and peer_why is None and "easy" not in timeouts:
+        ours, theirs = result["sim_easy_s"], result["peer_easy_s"]
+        speedup = theirs / ours
+        diff = rel(waits["easy"], refs["easy"])
+        result["peer_easy_speedup"] = round(speedup, 2)
+        result["easy_wait_vs_reference"] = diff
+        cpu = result["peer_easy_cpu_s"] / result["sim_easy_cpu_s"]
+        result["peer_easy_cpu_speedup"] = round(cpu, 2)
+        lines.append(
+            f"NASA EASY: testbed {ours} s, AccaSim {theirs} s: testbed/peer time {ours / theirs:.2f}, "
+            f"speed-up {speedup:.2f}x ({verdict('peer_easy_speedup', speedup)}); by CPU time {cpu:.2f}x"
+        )
+        if "easy-1p" in names and "sim_easy_1p_s" in result:
+            one = result["sim_easy_1p_s"]
+            result["peer_easy_1p_speedup"] = round(theirs / one, 2)
+            cpu1 = result["peer_easy_cpu_s"] / result["sim_easy_1p_cpu_s"]
+            lines.append(
+                f"  (easy-1p, the fast path: {one} s, speed-up {theirs / one:.2f}x; by CPU time {cpu1:.2f}x)"
+            )
+        lines.append(
+            f"  mean wait: testbed {waits['easy']:.5f} s, count-based EASY reference {refs['easy']:.5f} s: "
+            f"{diff:+.4%} ({verdict('easy_wait_vs_reference', abs(diff))})"
+        )
+        lines.append(
+            f"  AccaSim {waits['peer-easy']:.5f} s, greedy reference {refs['greedy']:.5f} s "
+            f"({rel(waits['peer-easy'], refs['greedy']):+.4%}): AccaSim's EASY never enforces the head job's "
+            "reservation (it backfills with an empty reserved-node list), so it is greedy, not EASY"
+        )
+    for name, label in (("scale-easy", "EASY"), ("scale-gang", "gang, 10-minute quanta")):
+        if name not in names:
+            continue
+        key = name.replace("-", "_")
+        value, mem = result.get(f"{key}_s"), result.get(f"{key}_rss_mb", "-")
+        head = f"{args.scale_jobs} jobs on {args.scale_nodes} nodes, {label}: {value}"
+        if name in progress:
+            reached, share = progress[name]
+            head += (
+                f" ({share:.1%} of the arrivals' span simulated by then: at that pace about "
+                f"{args.timeout / share if share else float('inf'):.0f} s in all)"
+            )
+            mem = f"{mem} MB when killed"
+        elif name not in timeouts:
+            head += " s"
+            mem = f"{mem} MB"
+        if name == "scale-easy":
+            got = verdict("scale_easy_rss_mb", result.get(f"{key}_rss_mb"))
+            if name in timeouts and got.endswith("met"):
+                got = got.replace("met", "not settled: killed before the end")
+            lines.append(f"{head} ({verdict('scale_easy_s', value)}); {mem} ({got})")
+        else:
+            lines.append(f"{head}; {mem} (no target)")
+    print("\n".join(lines))
     result |= {
-        "sim_peak_rss_mb": round(peak, 1),
         "jobs": args.jobs,
         "nodes": 1000,
+        "scale_jobs": args.scale_jobs,
+        "scale_nodes": args.scale_nodes,
+        "reps": args.reps,
         "baseline_s": round(base, 3),
-        "targets": {"sim_easy_s": 30, "sim_gang_s": 60, "sim_peak_rss_mb": 1024},
+        "targets": {k: f"{way} {t}" for k, (t, way) in TARGETS.items()},
     }
     print(json.dumps(result))
     return 0

@@ -68,11 +68,12 @@ MAX_SEED = 2**63 - 1
 #: A node's power, idle or its busy slope, at most, watts: a megawatt is 25 full 40 kW racks, so anything
 #: above is a unit mistake; it also keeps E = (B + X u) N T finite (a node of 1e307 W wrote "Infinity").
 MAX_NODE_WATTS = 1e6
-#: The largest time dilation: the most emulated CPUs (4096 nodes x 64 cores) on one host core is 262,144;
+#: The largest time dilation: the most emulated CPUs (10,000 nodes x 64 cores) on one host core is 640,000;
 #: 1e300 made every real sleep and timeout of a run overflow.
 MAX_TDF = 1e6
-#: The most nodes a cluster, or a group of its nodes, may have.
-MAX_NODES = 4096
+#: The most nodes a cluster, or a group of its nodes, may have: 10,000, for the simulator's scale benchmark
+#: (benchmarks/sim_scale.py: 100,000 jobs on 10,000 nodes; issue 23). Real processes stop far below.
+MAX_NODES = 10_000
 #: How many times its mean a generated job's length is planned for: an exponential draw is longer with
 #: probability e^-10.
 LONG_DRAW = 10.0
