@@ -198,6 +198,9 @@ def node() -> dict:
     ], w=12, unit="s")  # fmt: skip
     b.add("timeseries", "Time dilation factor", [(f"testbed_time_dilation_factor{sel}", "TDF")], w=12,
           unit="none")  # fmt: skip
+    b.add("timeseries", "CPU-rate error per window (rate watch; > 0: below its rate)", [
+        (f"testbed_node_cpu_rate_window_error_ratio{sel}", "1 - delivered / entitled"),
+    ], w=12, unit="percentunit")  # fmt: skip
     return _dashboard("testbed-node", "testbed: node", b, "One emulated node (choose it above)", node=True)
 
 

@@ -175,6 +175,14 @@ class NodeMetrics:
             registry=r,
         ).labels(n)
         self.rate_error.set(math.nan)
+        self.rate_window_error = Gauge(
+            "testbed_node_cpu_rate_window_error_ratio",
+            "1 - delivered / entitled CPU over the rate watch's last window (about 1 s real; > 0: the node "
+            "fell below its rate; NaN: not busy enough in it to judge, or no quota)",
+            ["node"],
+            registry=r,
+        ).labels(n)
+        self.rate_window_error.set(math.nan)
         self._local: Gauge | None = None  # local users' session slowdown: set_local_slowdown
         for g in self.procs.values():
             g.set(0)

@@ -32,7 +32,7 @@ _FRACTIONS = (
     "rt_rejected_ratio",
 )
 #: Metrics shown in %: the fractions, and the CPU-rate error (relative, so it may pass 100 %).
-_SHARES = (*_FRACTIONS, "cpu_rate_error_max")
+_SHARES = (*_FRACTIONS, "cpu_rate_error_max", "rate_window_error_max")
 
 
 def kind_of(key: str) -> Kind:

@@ -50,6 +50,7 @@ from testbed.emulator.mechanism.envelope import (
     cgroup_mounts,
     kill_pids,
     rmdir_up,
+    v1_rate_counters,
 )
 
 log = logging.getLogger(__name__)
@@ -260,6 +261,10 @@ class DockerEnvelope(_V1ProcsFiles, Envelope):
 
     def configured_rate(self) -> float | None:
         return self.quota_us / self.period_us
+
+    def rate_counters(self) -> tuple[float, float, int, list[int]] | None:
+        usage, throttled, periods, tids = v1_rate_counters(self._dir("cpuacct"), self._dir("cpu"))
+        return usage, throttled, periods, [t for t in tids if t != self.resident_pid]
 
     def set_rate(self, cpu_rate: float) -> None:
         """A new CPU rate for the node, through the daemon (``docker update``), checked in the cgroup."""

@@ -284,6 +284,12 @@ class Envelope(ABC):
     @abstractmethod
     def configured_rate(self) -> float | None: ...
 
+    def rate_counters(self) -> tuple[float, float, int, list[int]] | None:
+        """(CPU delivered s, throttled s, throttled periods, thread ids) of the node's cgroup, for the rate
+        watch (mechanism/ratewatch.py); None where no quota fixes the rate. The throttled time is the
+        kernel's, summed over the CPUs on which the node's group was throttled."""
+        return None
+
     @abstractmethod
     def destroy(self) -> None: ...
 
@@ -357,6 +363,15 @@ class NoEnvelope(Envelope):
             time.sleep(0.005)
 
 
+def v1_rate_counters(cpuacct_dir: str, cpu_dir: str) -> tuple[float, float, int, list[int]]:
+    """Envelope.rate_counters of a v1 node: cpuacct.usage, cpu.stat's throttled_time (ns) and
+    nr_throttled, the cpu group's ``tasks`` (every thread)."""
+    usage = int(_read(os.path.join(cpuacct_dir, "cpuacct.usage"))) / 1e9
+    stat = dict(line.split()[:2] for line in _read(os.path.join(cpu_dir, "cpu.stat")).splitlines())
+    throttled = int(stat.get("throttled_time", 0)) / 1e9
+    return usage, throttled, int(stat.get("nr_throttled", 0)), _read_pids(os.path.join(cpu_dir, "tasks"))
+
+
 class _V1ProcsFiles:
     """Membership of a node held in v1 ``cgroup.procs`` files (``self._procs_files``, in join order): the
     cgroup envelope's, and the docker envelope's container cgroups."""
@@ -421,6 +436,9 @@ class CgroupV1Envelope(_V1ProcsFiles, Envelope):
 
     def configured_rate(self) -> float | None:
         return self.quota_us / self.period_us
+
+    def rate_counters(self) -> tuple[float, float, int, list[int]] | None:
+        return v1_rate_counters(self.dirs["cpuacct"], self.dirs["cpu"])
 
     def destroy(self) -> None:
         existing = [d for d in self._unique if os.path.isdir(d)]
@@ -527,6 +545,14 @@ class CgroupV2Envelope(Envelope):
 
     def configured_rate(self) -> float | None:
         return self.quota_us / self.period_us if self.need_cpu else None
+
+    def rate_counters(self) -> tuple[float, float, int, list[int]] | None:
+        if not self.need_cpu:
+            return None
+        stat = dict(line.split()[:2] for line in _read(os.path.join(self.dir, "cpu.stat")).splitlines())
+        tids = _read_pids(os.path.join(self.dir, "cgroup.threads"))
+        throttled = int(stat.get("throttled_usec", 0)) / 1e6
+        return int(stat["usage_usec"]) / 1e6, throttled, int(stat.get("nr_throttled", 0)), tids
 
     def _events(self) -> dict[str, str]:
         return dict(line.split() for line in _read(os.path.join(self.dir, "cgroup.events")).splitlines())
