@@ -14,6 +14,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from testbed.monitoring import prometheus as prom
 
+from testbed.core import events as ev
+
 
 def newest_run(results: str | Path = "results") -> Path | None:
     """The most recently written results folder that has exporters' targets."""
@@ -37,7 +39,7 @@ def is_simulated(run_dir: Path) -> bool:
     try:
         return json.loads((Path(run_dir) / "summary.json").read_text()).get("backend") == "sim"
     except (OSError, ValueError):
-        return (Path(run_dir) / "events.jsonl").exists() and not (Path(run_dir) / "events").is_dir()
+        return ev.find_log(run_dir) is not None and not (Path(run_dir) / "events").is_dir()
 
 
 def scrape(address: str, timeout: float = 0.8) -> dict[str, list[tuple[dict, float]]] | None:

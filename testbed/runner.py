@@ -323,7 +323,7 @@ def new_out(scn: Scenario, backend: str, parent: Path | None = None) -> Path:
 
 def _refuse_used(run_dir: Path) -> None:
     # The lowest level of "never mixed": whoever calls run_once, an earlier run's events stay its own.
-    if (run_dir / "events.jsonl").exists() or any((run_dir / "events").glob("*.jsonl")):
+    if ev.find_log(run_dir) is not None or any((run_dir / "events").glob("*.jsonl")):
         raise PreflightError(
             f"{run_dir}: already holds a run's events; results are never mixed: give a new folder "
             "(testbed run --force replaces one)"
@@ -357,7 +357,7 @@ def run_once(
         # The results come from the event log only, with how the run ended.
         summary = results.write(
             run_dir,
-            ev.read_jsonl(run_dir / "events.jsonl"),
+            ev.read_jsonl(ev.log_file(run_dir, scn.results.events)),
             results.facts_of(scn, backend, outcome.tdf, outcome.envelope),
             {
                 **outcome.summary_fields(),

@@ -4,6 +4,11 @@ is the truth").
 Each component (coordinator, each node) appends JSON lines to its own file under ``<run>/events/`` and
 flushes as it goes, so what was written before a crash stays readable; the runner merges them into
 ``events.jsonl`` ordered by emulated time. Results are computed from the merged log only.
+
+The merged log may be compressed instead (the scenario's ``results.events: zstd``): ``events.jsonl.zst``,
+the same lines as a stream of zstd frames, each one whole on its own and written out where the plain
+writer writes out its buffer, so an interrupted run keeps every frame it finished. :func:`read_jsonl`
+reads either, by the file's first bytes.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
+import zstandard
 
 # Job lifecycle (source: coordinator)
 JOB_SUBMITTED = "job_submitted"  # job, size, job_class, realtime (true for a real-time job, else absent)
@@ -54,6 +60,34 @@ DURATION_REACHED = "scenario duration reached"
 SCRIPTED_FAULT = "scripted fault"
 #: The reason of a job killed by its policy starts with this (a planned end, like a rejection).
 POLICY_KILL = "killed by the policy"
+
+
+#: The merged event log in a results folder, by the scenario's ``results.events`` (testbed/scenario/model.py).
+#: One definition: the runner, both backends and every reader find the log through :func:`log_file` and
+#: :func:`find_log` (testbed/results/folder.py's RUN_ENTRIES names both, and their merge's ``.tmp``).
+LOG_FILES = {"jsonl": "events.jsonl", "zstd": "events.jsonl.zst"}
+#: Bytes of log lines a streaming writer gathers before it writes them out: :class:`JsonlSink`'s buffer, and
+#: the uncompressed size of each of :class:`ZstdSink`'s frames (about 50 kB compressed).
+FLUSH_BYTES = 1 << 20
+#: zstd's own default level: 20x smaller on the NASA replay's log at 0.1 s of CPU for its 78 MB; level 9
+#: gains a sixth more at six times the CPU (docs/measurements.md, "Event logs at scale").
+ZSTD_LEVEL = 3
+#: How every zstd frame begins (RFC 8878 §3.1.1): how :func:`read_jsonl` tells a compressed log.
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def log_file(run_dir: str | os.PathLike, fmt: str = "jsonl") -> Path:
+    """Where a run in ``run_dir`` writes its merged log in format ``fmt`` (a key of :data:`LOG_FILES`)."""
+    return Path(run_dir) / LOG_FILES[fmt]
+
+
+def find_log(run_dir: str | os.PathLike) -> Path | None:
+    """The merged log a run left in ``run_dir``, whichever its format; None when it left none."""
+    for name in LOG_FILES.values():
+        p = Path(run_dir) / name
+        if p.is_file():
+            return p
+    return None
 
 
 def describe_error(exc: BaseException) -> str:
@@ -113,7 +147,7 @@ class JsonlSink:
     events keeps its log on disk, and an interrupted one keeps what it had logged."""
 
     def __init__(self, path: str | os.PathLike) -> None:
-        self._fh: IO[bytes] | None = open(path, "wb", buffering=1 << 20)  # noqa: SIM115
+        self._fh: IO[bytes] | None = open(path, "wb", buffering=FLUSH_BYTES)  # noqa: SIM115
 
     def __call__(self, record: dict) -> None:
         self._fh.write(_line(record))
@@ -124,16 +158,69 @@ class JsonlSink:
             self._fh = None
 
 
+def open_sink(path: str | os.PathLike) -> JsonlSink | ZstdSink:
+    """A streaming writer for ``path``: zstd frames for a name ending in ``.zst``, else JSON lines."""
+    return ZstdSink(path) if str(path).endswith(".zst") else JsonlSink(path)
+
+
+class ZstdSink:
+    """:class:`JsonlSink` in zstd frames: the lines gathered are compressed into one frame (with its
+    checksum) and written out every :data:`FLUSH_BYTES` of them, where JsonlSink writes out its buffer, and
+    at :meth:`close`. Each frame decodes on its own, so a run killed outright loses at most the frame in
+    flight (:func:`read_jsonl` passes a torn last frame over), and one interrupted by Ctrl-C, even amid a
+    frame's write, keeps every line once :meth:`close` has run: close cuts a frame left half-written and
+    writes it again, whole."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True)
+        # (bytes of whole frames on disk, the lines not yet in one): replaced in one assignment once a
+        # frame is written, so a KeyboardInterrupt anywhere leaves a state that close() can finish from.
+        # The lines are copied into one buffer: each of orjson's own bytes objects holds 4 kB at least.
+        self._state: tuple[int, bytearray] = (0, bytearray())
+
+    def __call__(self, record: dict) -> None:
+        lines = self._state[1]
+        lines += _line(record)
+        if len(lines) >= FLUSH_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        pos, lines = self._state
+        if not lines:
+            return
+        frame = self._cctx.compress(lines)
+        os.lseek(self._fd, pos, os.SEEK_SET)  # over a frame an interrupted write left torn, if any
+        view = memoryview(frame)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        self._state = (pos + len(frame), bytearray())
+
+    def close(self) -> None:
+        if self._fd is not None:
+            try:
+                self._flush()
+                os.ftruncate(self._fd, self._state[0])  # nothing torn after the last whole frame
+            finally:
+                os.close(self._fd)
+                self._fd = None
+
+
 class EventLogError(ValueError):
     """An event log holds a line that is not an event, other than a torn last line. One line, naming the
     file and the line: results are computed from the log only, so a damaged log is never read past."""
 
 
 def read_jsonl(path: str | os.PathLike) -> Iterator[dict]:
-    """Reads events. Only a torn last line (a crash mid-write: no newline after it) is passed over; any
-    other line that is not a JSON object raises :class:`EventLogError`."""
+    """Reads events, from JSON lines or from zstd frames of them (:class:`ZstdSink`; told by the file's
+    first bytes). Only a torn end (a crash mid-write) is passed over: a last line without its newline, or
+    a last zstd frame cut short. Any other line that is not a JSON object, or a frame that does not decode
+    to what was written (zstd's checksum), raises :class:`EventLogError`."""
     with open(path, "rb") as fh:
-        for n, line in enumerate(fh, 1):
+        compressed = fh.read(len(ZSTD_MAGIC)) == ZSTD_MAGIC
+        fh.seek(0)
+        lines = _zstd_lines(path, fh) if compressed else fh
+        for n, line in enumerate(lines, 1):
             torn = not line.endswith(b"\n")
             line = line.strip()
             if not line:
@@ -152,6 +239,53 @@ def read_jsonl(path: str | os.PathLike) -> Iterator[dict]:
             yield event
 
 
+def _zstd_lines(path: str | os.PathLike, fh: IO[bytes]) -> Iterator[bytes]:
+    """The lines of a stream of zstd frames, each frame's once it decoded whole and its checksum agreed; a
+    last frame cut short yields nothing (any frame after one cut short is damage)."""
+    carry = b""
+    for data in _zstd_frames(path, fh):
+        parts = (carry + data).split(b"\n")
+        carry = parts.pop()
+        for part in parts:
+            yield part + b"\n"
+    if carry:
+        yield carry  # a last line without its newline: torn, as in a plain log
+
+
+def _zstd_frames(path: str | os.PathLike, fh: IO[bytes]) -> Iterator[bytes]:
+    dctx = zstandard.ZstdDecompressor()
+    obj, out = dctx.decompressobj(), []
+    frame, start, pos = 1, 0, 0  # the frame being decoded, the byte it begins at, the next chunk's
+    while chunk := fh.read(FLUSH_BYTES):
+        while chunk:
+            try:
+                data = obj.decompress(chunk)
+            except zstandard.ZstdError as exc:
+                raise EventLogError(
+                    f"{path}: zstd frame {frame} (from byte {start}) does not decode ({exc}); the log is "
+                    "damaged, so no results are computed from it"
+                ) from None
+            out.append(data)
+            if not obj.eof:
+                pos += len(chunk)
+                break
+            yield b"".join(out)
+            rest = obj.unused_data
+            pos += len(chunk) - len(rest)
+            frame, start, chunk = frame + 1, pos, rest
+            obj, out = dctx.decompressobj(), []
+    if pos > start:
+        # A frame cut short: the torn end of a killed run's log, unless another frame follows (a damaged
+        # block header can make a frame's decoder wait for bytes that never come, swallowing the rest).
+        fh.seek(start)
+        after = fh.read().find(ZSTD_MAGIC, 1)
+        if after >= 0:
+            raise EventLogError(
+                f"{path}: zstd frame {frame} (from byte {start}) does not end before the frame at byte "
+                f"{start + after}; the log is damaged, so no results are computed from it"
+            )
+
+
 def merge(parts: Iterable[str | os.PathLike], out: str | os.PathLike) -> list[dict]:
     events: list[dict] = []
     for p in parts:
@@ -162,11 +296,15 @@ def merge(parts: Iterable[str | os.PathLike], out: str | os.PathLike) -> list[di
 
 
 def write_all(events: Iterable[dict], out: str | os.PathLike) -> None:
-    """Writes the log whole or not at all: a kill mid-write leaves the previous file, not half of one."""
+    """Writes the log whole or not at all: a kill mid-write leaves the previous file, not half of one.
+    Compressed when ``out`` ends in ``.zst`` (:func:`open_sink`)."""
     tmp = Path(f"{out}.tmp")
-    with open(tmp, "wb") as fh:
+    sink = ZstdSink(tmp) if str(out).endswith(".zst") else JsonlSink(tmp)
+    try:
         for ev in events:
-            fh.write(_line(ev))
+            sink(ev)
+    finally:
+        sink.close()
     os.replace(tmp, out)
 
 

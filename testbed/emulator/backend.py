@@ -104,9 +104,10 @@ class RayBackend:
         self.marks: list[tuple[str, float]] = []  # start-up phases entered: (name, monotonic time)
 
     def run_scenario(self, scn: Scenario, jobs: Sequence[Job], run_dir: Path, hooks: Hooks) -> RealOutcome:
-        """Runs one repetition on real processes; ``run_dir/events.jsonl`` is merged from every
-        component's log however it ended. Raises :class:`PreflightError` only, before anything starts,
-        for a CFS quota below the kernel's minimum (``testbed run`` refused it already)."""
+        """Runs one repetition on real processes; ``run_dir/events.jsonl`` (``events.jsonl.zst`` with
+        ``results.events: zstd``) is merged from every component's log however it ended. Raises
+        :class:`PreflightError` only, before anything starts, for a CFS quota below the kernel's minimum
+        (``testbed run`` refused it already)."""
 
         self.scn, self.jobs, self.run_dir, self.hooks = scn, jobs, run_dir, hooks
         self.joined = scn.cluster.ray_address is not None
@@ -119,7 +120,8 @@ class RayBackend:
         except BaseException as exc:  # noqa: BLE001 - however the run ends, it is its outcome
             self._ended_by(exc)
         finally:
-            events = ev.merge(sorted((run_dir / "events").glob("*.jsonl")), run_dir / "events.jsonl")
+            parts = sorted((run_dir / "events").glob("*.jsonl"))
+            events = ev.merge(parts, ev.log_file(run_dir, scn.results.events))
             if self.outcome.envelope is None:  # no agent reported: what the events say, if anything
                 infos = (e["envelope"] for e in events if e["kind"] == ev.RUN_INFO and "envelope" in e)
                 self.outcome.envelope = next(infos, "unknown")

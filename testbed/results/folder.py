@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.core.events import LOG_FILES
+
 #: The marker a run writes first into its results folder (JSON: who claimed it and when).
 MARKER = ".testbed-run"
 MARKER_FORMAT = 1
@@ -35,8 +37,10 @@ RUN_ENTRIES = frozenset(
     {
         MARKER,
         "scenario.yaml",  # the effective scenario
-        "events.jsonl",  # the merged event log
-        "events.jsonl.tmp",  # the merge's temporary file (events.write_all), left by a kill mid-merge
+        # the merged event log, plain or compressed (results.events), and the merge's temporary file
+        # (events.write_all), left by a kill mid-merge
+        *LOG_FILES.values(),
+        *(f"{name}.tmp" for name in LOG_FILES.values()),
         "events",  # per-node event logs of a real run
         "logs",  # fork-server, probe and worker logs of a real run
         "io",  # the synthetic kind's I/O files

@@ -180,12 +180,13 @@ def _read_summary(run: Path) -> dict:
 
 def _events(run: Path) -> Iterator[dict]:
     """The run's events, through the event log's own reader."""
-    if not (run / "events.jsonl").is_file():
+    log = ev.find_log(run)
+    if log is None:
         raise ReportError(
             f"{run}: no events.jsonl (a killed run keeps only events/*.jsonl); merge them with "
             f"`testbed results {run}`, then report"
         )
-    return ev.read_jsonl(run / "events.jsonl")
+    return ev.read_jsonl(log)
 
 
 def run_warnings(s: dict) -> list[tuple[str, bool]]:

@@ -591,10 +591,11 @@ class ResultsError(ValueError):
 
 def run_folders(path: Path) -> list[Path]:
     """The run folders at or below ``path`` (a run, or a folder of repetitions or sweep variants): those
-    holding an event log (``events.jsonl``, or the per-component ``events/*.jsonl`` of a real run)."""
+    holding an event log (``events.jsonl`` or ``events.jsonl.zst``, or the per-component ``events/*.jsonl``
+    of a real run)."""
 
     def is_run(p: Path) -> bool:
-        return (p / "events.jsonl").is_file() or any((p / "events").glob("*.jsonl"))
+        return ev.find_log(p) is not None or any((p / "events").glob("*.jsonl"))
 
     if is_run(path):
         return [path]
@@ -604,26 +605,27 @@ def run_folders(path: Path) -> list[Path]:
 def rebuild(run_dir: Path, ended: str | None = None, allow_empty: bool = False) -> dict:
     """Rewrites ``run_dir``'s jobs.csv and summary.json from its events, for a run of either backend,
     including one whose driver was killed (then only ``events/*.jsonl`` exist: they are merged into
-    ``events.jsonl`` first). The run's facts come from its ``scenario.yaml`` and its events; what the
+    ``events.jsonl`` first, or into ``events.jsonl.zst`` where the run left that or its scenario says
+    ``results.events: zstd``). The run's facts come from its ``scenario.yaml`` and its events; what the
     driver recorded in an earlier summary.json (how the run ended, the error, start-up figures) is kept,
     and ``ended`` fills it in when the driver recorded nothing. ``allow_empty``: a run that stopped
     before any event (Ray never started) still gets its summary."""
 
     run_dir = Path(run_dir)
     parts = sorted((run_dir / "events").glob("*.jsonl"))
-    merged = run_dir / "events.jsonl"
-    if parts:
-        events = ev.merge(parts, merged)  # the per-component logs are the truth of a real run
-    elif merged.is_file():
-        events = list(ev.read_jsonl(merged))
-    elif allow_empty:
-        events = []
-    else:
+    merged = ev.find_log(run_dir)
+    if not parts and merged is None and not allow_empty:
         raise ResultsError(f"{run_dir}: no events.jsonl and no events/*.jsonl; not a run's results folder")
     try:
         scn = load(run_dir / "scenario.yaml")
     except ScenarioError as exc:
         raise ResultsError(f"{run_dir}: its scenario.yaml cannot be read back ({exc})") from None
+    if parts:  # the per-component logs are the truth of a real run
+        events = ev.merge(parts, merged or ev.log_file(run_dir, scn.results.events))
+    elif merged is not None:
+        events = list(ev.read_jsonl(merged))
+    else:
+        events = []
     old: dict = {}
     try:
         old = json.loads((run_dir / "summary.json").read_text())

@@ -315,6 +315,17 @@ class MonitoringConfig(_Model):
     )
 
 
+class ResultsConfig(_Model):
+    """What a run writes into its results folder beyond what every run writes."""
+
+    events: Literal["jsonl", "zstd"] = Field(
+        "jsonl",
+        description="the merged event log: jsonl = events.jsonl, JSON lines; zstd = events.jsonl.zst, the "
+        "same lines in zstd frames of 1 MiB each (20x smaller on the NASA replay); `testbed results`, "
+        "`report` and `compare` read either",
+    )
+
+
 class SchedulerConfig(_Model):
     name: str = "gang"
     params: dict[str, Any] = Field(default_factory=dict)
@@ -749,6 +760,7 @@ class Scenario(_Model):
     )
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     faults: FaultsConfig = Field(default_factory=FaultsConfig)
+    results: ResultsConfig = Field(default_factory=ResultsConfig)
     sweep: Annotated[
         list[SweepVariant] | None, BeforeValidator(normalize), AfterValidator(check_variants)
     ] = Field(

@@ -361,11 +361,11 @@ class Simulation:
     @classmethod
     def run_scenario(cls, scn: Scenario, jobs: Sequence[Job], run_dir: Path, hooks: Hooks) -> Outcome:
         """Simulates ``scn``'s ``jobs`` into ``run_dir``. The simulation is built here, so one that cannot
-        be built ends with its outcome too. Events are streamed to ``run_dir/events.jsonl`` as they happen
-        (in time order): a run of millions of events is not held, and what an interrupted one simulated is
-        kept."""
+        be built ends with its outcome too. Events are streamed to ``run_dir/events.jsonl`` (or, with
+        ``results.events: zstd``, ``events.jsonl.zst``) as they happen (in time order): a run of millions of
+        events is not held, and what an interrupted one simulated is kept."""
         outcome = Outcome(tdf=1.0, envelope="modelled")
-        sink = ev.JsonlSink(run_dir / "events.jsonl")
+        sink = ev.open_sink(ev.log_file(run_dir, scn.results.events))
         try:
             with interruptible():  # where Ctrl-C stops the run (testbed/core/interrupts.py)
                 sched = registry.get(scn.scheduler.name)
