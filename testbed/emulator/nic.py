@@ -117,9 +117,9 @@ _RBUF = 65536  # receive buffer per connection; grows for a bigger frame, then s
 #: Real seconds before a stamped message is due that the NIC hands it to its receiver, which holds it
 #: until then (apps/wire.py, STAMP). It covers the hand-over: the timer's wake-up here, the write and the
 #: receiver's wake-up and read, 50-90 us on this kind of host under load; 60 us left a 100 us link's
-#: messages 115-120 us late, 100 us and 150 us gave 105-108 (docs/measurements.md, "MPI over an emulated
-#: link"). The price: a receiver spins up to this long per message, and the node's policy hears of the
-#: arrival up to this much early.
+#: messages 115-120 us late, 100 us and 150 us gave 105-108 (docs/measurements.md,
+#: "MPI over an emulated link"). The price: a receiver spins up to this long per message, and the node's
+#: policy hears of the arrival up to this much early.
 DELIVERY_LEAD_S = 100e-6
 #: Real seconds between a worker's connection dropping without BYE and its job's receivers here failing.
 DEAD_PEER_GRACE_S = 0.1
@@ -915,8 +915,8 @@ class Nic:
             return
         if link.queue[0][0] <= time.monotonic():
             # Due already (a stamped message whose relay took its lead): handed over now, not through the
-            # timer, whose round trip on this thread added 30-60 us (docs/measurements.md, "MPI over an
-            # emulated link").
+            # timer, whose round trip on this thread added 30-60 us (docs/measurements.md,
+            # "MPI over an emulated link").
             self._drain(link)
         else:
             link.armed = True
