@@ -7,6 +7,7 @@ registry once per scrape interval (:meth:`tick`). The components know nothing of
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -102,6 +103,8 @@ class NodeMetricsObserver(_Served):
                 del self._progress_last[key]
         elif kind == ev.RATE_PROBE:
             self.metrics.rate_error.set(rec["error"])
+        elif kind == ev.RATE_WINDOW:
+            self.metrics.rate_window_error.set(math.nan if rec["error"] is None else rec["error"])
 
     def _session(self, rec: dict) -> None:
         """A local user's session reported its running totals (apps/localuser.py): its slowdown so far is

@@ -276,6 +276,9 @@ def _report_runs(scn, dest: Path, summaries: list[dict]) -> None:
     for s in summaries:
         if s.get("envelope_note"):
             err.print(f"[yellow]warning:[/yellow] {s['envelope_note']}")
+        rate = results.rate_warning(s)
+        if rate:
+            err.print(f"[yellow]warning:[/yellow] {rate}")
     out.print(f"results: {dest}")
     _exit_on([results.unplanned_line(b) for s in summaries for b in s.get("jobs_not_as_planned") or ()])
 

@@ -36,6 +36,7 @@ from testbed.emulator.mechanism.envelopes import make_envelope
 from testbed.emulator.mechanism.forkserver import ForkServer
 from testbed.emulator.mechanism.priority import raise_process_nice, raise_thread_priority
 from testbed.emulator.mechanism.process import BaseWorker
+from testbed.emulator.mechanism.ratewatch import RateWatch, window_s
 from testbed.emulator.nic import Nic
 from testbed.janitor import processes_with, scratch_root, session_members
 from testbed.schedulers import registry
@@ -65,6 +66,13 @@ WORKER_MODULES = (
     "testbed.apps.synthetic",
     "testbed.apps.probe",
 )
+#: The least CPU (real s) a node's rate probe measures: its window is stretched to this over the node's
+#: quota. The kernel enforces a quota at its tick (4 ms here, HZ 250): a node whose quota per period is
+#: under a tick runs tick-long bursts and repays the overrun by skipping periods (rate 1/75: 2-4 ms every
+#: 100-300 ms), so a 1 s probe holds a few bursts and is off by about one. 128 probes at TDF 75.3 alone
+#: on this host: 1 s read -5 to +10 %, 6 s -0.7 to +0.4 % (docs/measurements.md, "Scale on this 2-core
+#: host").
+PROBE_MIN_CPU_S = 0.08
 #: Python's default (5 ms) lets a busy thread keep the GIL for 5 ms after the timer thread asks for it.
 GIL_SWITCH_INTERVAL_S = 0.0005
 
@@ -196,6 +204,12 @@ class NodeAgent:
             memory_mb=self.cfg.memory_mb,
         )
         self.envelope.create()
+        # The node's rate, watched window by window for the whole run (where a quota fixes it).
+        quota = self.envelope.configured_rate() if self.envelope.fixes_rate else None
+        period_s = self.cfg.cfs_period_us / 1e6
+        self.ratewatch = RateWatch(self.envelope.rate_counters, quota, period_s) if quota else None
+        self._ratewatch_timer = None
+        self._ratewatch_cpu = [0.0, 0]  # the watch's own CPU (s, loop thread) and windows: its cost
         self._all_cpus = frozenset(os.sched_getaffinity(0))
         self._weight_cpus = self.envelope.weight_cpus(sorted(self._all_cpus))
         self.nic = Nic(
@@ -258,13 +272,17 @@ class NodeAgent:
             self.notify = notify
             self._control0 = (time.process_time(), time.monotonic())
             self._schedule_sample()
+            self._start_ratewatch()
             self._start_observers()
 
         self.lt.call(_set)
 
     def probe(self, seconds: float, start_at: float) -> dict:
         """Runs the work loop flat out in the envelope from ``start_at`` (CLOCK_MONOTONIC) for ``seconds``
-        and reports the delivered CPU rate."""
+        and reports the delivered CPU rate. ``seconds`` is stretched to measure at least PROBE_MIN_CPU_S
+        of CPU at the node's quota."""
+        configured = self.envelope.configured_rate() or self.cfg.cpu_rate * self.cfg.cores / self.cfg.tdf
+        seconds = max(seconds, PROBE_MIN_CPU_S / configured)
         log = str(self.run_dir / "logs" / f"probe.node{self.node}.out")
         err = str(self.run_dir / "logs" / f"probe.node{self.node}.err")
         argv = [
@@ -288,13 +306,13 @@ class NodeAgent:
         with open(log) as fh:
             out = json.loads(fh.read().strip().splitlines()[-1])
         delivered = out["rate"]  # real cores (apps/probe.py: robust to where the quota's bursts fall)
-        configured = self.envelope.configured_rate() or self.cfg.cpu_rate * self.cfg.cores / self.cfg.tdf
         return {
             "node": self.node,
             "cpu_rate": self.cfg.cpu_rate,  # the node's own: what ``configured`` is made from
             "configured": configured,
             "delivered": delivered,
             "error": (delivered - configured) / configured,
+            "seconds": round(seconds, 3),  # the probe's window (real s)
         }
 
     def record_probe(self, result: dict) -> None:
@@ -353,6 +371,9 @@ class NodeAgent:
                 pid=os.getpid(),  # agents sharing a process report the same process's CPU
                 control_cpu_s=time.process_time() - cpu0,
                 control_wall_s=time.monotonic() - wall0,
+                # The rate watch's share of it (its loop-thread CPU) and how many windows it read.
+                ratewatch_cpu_s=self._ratewatch_cpu[0],
+                ratewatch_windows=self._ratewatch_cpu[1],
             )
         self.closed = True  # from here on a spawn that completes is killed instead of registered
         try:
@@ -629,6 +650,45 @@ class NodeAgent:
 
         self._sampler = self.lt.loop.call_later(self.clock.real(SAMPLE_PERIOD_S), tick)
 
+    def _start_ratewatch(self) -> None:
+        """Every window (whole CFS periods, about 1 s real; mechanism/ratewatch.py) a ``rate_window``
+        event: what the node's CPU was against its quota. The ticks are due at fixed times from the start,
+        so that each window spans the same phase of the quota's periods."""
+        if self.ratewatch is None:
+            return
+        if self._ratewatch_timer is not None:
+            self._ratewatch_timer.cancel()
+        w = window_s(self.cfg.cfs_period_us)
+        start = time.monotonic()
+        self.ratewatch.start(start)
+        n = 0
+        t_prev = start
+
+        def tick():
+            nonlocal n, t_prev
+            c0 = time.thread_time()
+            now = time.monotonic()
+            win = self.ratewatch.sample(now)
+            if win is not None:
+                self.events.emit(
+                    ev.RATE_WINDOW, t=self.clock.emu_at(now), node=self.node, t0=self.clock.emu_at(t_prev),
+                    w=round(win.seconds, 6), cpu=round(win.cpu, 6), wait=round(win.wait, 6),
+                    explained=round(win.explained, 6), entitled=round(win.entitled, 6),
+                    error=None if win.error is None else round(win.error, 6),
+                )  # fmt: skip
+            t_prev = now
+            n += 1
+            # Due at start + n windows; after a late tick, the next whole window from now.
+            due = start + n * w
+            while due <= time.monotonic():
+                n += 1
+                due = start + n * w
+            self._ratewatch_timer = self.lt.loop.call_at(due, tick)
+            self._ratewatch_cpu[0] += time.thread_time() - c0
+            self._ratewatch_cpu[1] += 1
+
+        self._ratewatch_timer = self.lt.loop.call_at(start + w, tick)
+
     def _kill_job(self, job_id: str, reason: str, attempt: int | None = None) -> int:
         n = 0
         doomed = [
@@ -647,6 +707,8 @@ class NodeAgent:
         if not keep_timers:
             if self._sampler is not None:
                 self._sampler.cancel()
+            if self._ratewatch_timer is not None:
+                self._ratewatch_timer.cancel()
             for h in self._observer_timers:
                 h.cancel()
         procs = list(self.procs)

@@ -202,6 +202,9 @@ def run_warnings(s: dict) -> list[tuple[str, bool]]:
                 True,
             )
         )
+    rate = results.rate_warning(s)
+    if rate:
+        out.append((rate[0].upper() + rate[1:] + ".", True))
     if not s.get("cpu_rate_fixed", True) or s.get("envelope") == "none":
         out.append(
             (
@@ -238,6 +241,7 @@ def _settings(s: dict, scn) -> list[tuple[str, str]]:
         ("TDF", f"<td data-key='tdf' data-value='{tdf!r}'>{_e(units.number(tdf) if tdf else '-')}</td>"),
         ("envelope", f"<td data-key='envelope'>{_e(s.get('envelope'))}</td>"),
         ("CPU-rate error (max)", _cell("cpu_rate_error_max", s.get("cpu_rate_error_max"))),
+        ("CPU-rate error, worst window", _cell("rate_window_error_max", s.get("rate_window_error_max"))),
         (
             "gang switch skew p50 / p99",
             _td(

@@ -27,6 +27,7 @@ from testbed.apps.reports import (
 )
 from testbed.core import events as ev
 from testbed.core.jobs import StrEnum
+from testbed.emulator.mechanism.ratewatch import WARN_ERROR as RATE_WINDOW_WARN
 from testbed.results.dedicated import Dedicated
 from testbed.scenario import ScenarioError, load
 
@@ -160,6 +161,8 @@ class Tally:
         self.cpu_by_node: dict[int, float] = defaultdict(float)
         self.last_t = 0.0
         self.rate_err: float | None = None
+        #: node -> [worst error, its window's end t, windows counted, windows over RATE_WINDOW_WARN]
+        self.rate_windows: dict[int, list] = {}
         self.switches: dict[int, list[float]] = {}  # slot -> [earliest effect, latest effect, nodes]
         self.planned = [0, 0]  # slots planned with rows, those with two rows or more
         self.cls: dict[str, str] = {}
@@ -209,6 +212,13 @@ class Tally:
         elif kind == ev.RATE_PROBE:
             err = abs(e["error"])
             self.rate_err = err if self.rate_err is None else max(self.rate_err, err)
+        elif kind == ev.RATE_WINDOW:
+            w = self.rate_windows.setdefault(e["node"], [None, None, 0, 0])
+            if e.get("error") is not None:
+                w[2] += 1
+                w[3] += e["error"] > RATE_WINDOW_WARN
+                if w[0] is None or e["error"] > w[0]:
+                    w[0], w[1] = e["error"], t
         elif kind == ev.PROGRESS:
             unit = e.get("unit")
             if unit in SAMPLE_UNITS:  # one observation each, not a running total
@@ -482,8 +492,51 @@ def summarize(events: Iterable[dict] | Tally, facts: RunFacts, dedicated: Dedica
     spread = t.finish_spread()
     if spread is not None:
         out["finish_spread_s"] = spread
+    out.update(rate_watch(t))
     out.update(t.progress_rates())
     return out
+
+
+#: summary.json: the worst window of the rate watch over all nodes, and each node's worst window.
+RATE_WINDOW_ERROR_MAX = "rate_window_error_max"
+RATE_WINDOW_WORST = "rate_window_worst"
+
+
+def rate_watch(t: Tally) -> dict:
+    """The rate watch's figures (docs/architecture.md, "The node's rate, watched"): each node's worst
+    window ({node: {t, error, windows, over}}: t the window's end, error None where no window counted,
+    windows those counted, over those more than RATE_WINDOW_WARN below the rate) and the run's worst.
+    Nothing in a run without the watch (the simulator, whose rate is exact; no quota)."""
+    if not t.rate_windows:
+        return {}
+    worst = {
+        str(n): {"t": w[1], "error": w[0], "windows": w[2], "over": w[3]}
+        for n, w in sorted(t.rate_windows.items())
+    }
+    errs = [w[0] for w in t.rate_windows.values() if w[0] is not None]
+    return {RATE_WINDOW_ERROR_MAX: max(errs) if errs else None, RATE_WINDOW_WORST: worst}
+
+
+def rate_warning(s: dict) -> str | None:
+    """One line when some node fell more than WARN_ERROR below its rate in a window of the rate watch."""
+    err = s.get(RATE_WINDOW_ERROR_MAX)
+    if err is None or err <= RATE_WINDOW_WARN:
+        return None
+    worst = s.get(RATE_WINDOW_WORST) or {}
+    bad = sorted(
+        ((w["error"], n, w["t"]) for n, w in worst.items() if (w.get("error") or 0.0) > RATE_WINDOW_WARN),
+        reverse=True,
+    )
+    e, n, at = bad[0] if bad else (err, "?", None)
+    where = f" at t={at:.1f} s" if at is not None else ""
+    counted = sum(w.get("windows", 0) for w in worst.values())
+    over = sum(w.get("over", 0) for w in worst.values())
+    share = f" in {over} of the run's {counted} windows" if counted else ""
+    return (
+        f"node {n} fell {e:.1%} below its CPU rate in its worst window{where}; {len(bad)} nodes fell more "
+        f"than {RATE_WINDOW_WARN:.0%} below{share}: the host took CPU the nodes were due, and times there "
+        "are stretched by as much"
+    )
 
 
 def _hetero_util_energy(t: Tally, facts: RunFacts, total_cpu: float, makespan: float) -> tuple[float, float]:
@@ -682,6 +735,7 @@ def table(summaries: list[dict], title: str = "results"):
         ("TDF", lambda s: fmt(s["tdf"])),
         ("envelope", lambda s: s["envelope"] + ("" if s["cpu_rate_fixed"] else " (rate NOT fixed)")),
         ("CPU-rate error (max)", lambda s: fmt(s["cpu_rate_error_max"])),
+        ("CPU-rate error, worst window", lambda s: fmt(s.get(RATE_WINDOW_ERROR_MAX))),
         ("gang switch skew p99", lambda s: fmt(s["gang_skew_ms_p99"], " ms")),
         ("quanta paired", lambda s: fmt(s.get("quanta_paired_fraction"))),
     ]

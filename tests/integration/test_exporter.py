@@ -37,6 +37,7 @@ NODE_FAMILIES = {
     "testbed_policy_decision_seconds",
     "testbed_time_dilation_factor",
     "testbed_node_cpu_rate_error_ratio",
+    "testbed_node_cpu_rate_window_error_ratio",
     "testbed_deadlines",
     "testbed_frame_latency_seconds",
 }
@@ -165,6 +166,11 @@ def test_exporters_of_a_real_gang_run(tmp_path):
         per_node[1]["testbed_node_cpu_rate_error_ratio"][0][1]
         != per_node[1]["testbed_node_cpu_rate_error_ratio"][0][1]
     )
+
+    for n, s in enumerate(per_node):  # the rate watch's gauge: one of its windows' errors (NaN: not judged)
+        g = s["testbed_node_cpu_rate_window_error_ratio"][0][1]
+        errs = [e["error"] for e in node_events if e["kind"] == ev.RATE_WINDOW and e["node"] == n]
+        assert errs and ((g != g and None in errs) or g in errs), (n, g, errs)
 
     c = _samples(coord_text)
     jobs_by_state = {lab["state"]: v for lab, v in c["testbed_jobs"]}

@@ -71,6 +71,7 @@ def test_node_families_exist_before_anything_happens():
     assert _v(m, "testbed_job_progress_total", node="1", job_class="io", unit="barriers") == 0
     assert _v(m, "testbed_time_dilation_factor", node="1") == 2.5
     assert math.isnan(_v(m, "testbed_node_cpu_rate_error_ratio", node="1"))  # not probed yet
+    assert math.isnan(_v(m, "testbed_node_cpu_rate_window_error_ratio", node="1"))  # no window yet
     assert _v(m, "testbed_policy_decision_seconds_count", role="local", scheduler="local") == 0
     m.add_progress("io", "barriers", 3)
     m.add_progress("io", "weird-unit", 2)
@@ -182,6 +183,10 @@ def test_node_observer_turns_events_into_metrics(tmp_path):
         log.emit(ev.PROC_EXITED, t=0.2, node=3, job="a", rank=0, code=0)
         log.emit(ev.PROGRESS, t=0.3, node=3, job="a", rank=0, unit="barriers", value=4)
         log.emit(ev.SLOT_SWITCH, t=0.4, node=3, slot=7, effect=0.401)
+        log.emit(ev.RATE_WINDOW, t=0.5, node=3, error=0.12)  # the rate watch's window: the gauge
+        assert obs.metrics.rate_window_error._value.get() == 0.12
+        log.emit(ev.RATE_WINDOW, t=0.6, node=3, error=None)  # a window not judged: NaN
+        assert math.isnan(obs.metrics.rate_window_error._value.get())
         obs.continued(2)
         obs.decided(0.001)
         state[0] = 0.5
