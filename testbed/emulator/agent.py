@@ -70,8 +70,8 @@ WORKER_MODULES = (
 #: quota. The kernel enforces a quota at its tick (4 ms here, HZ 250): a node whose quota per period is
 #: under a tick runs tick-long bursts and repays the overrun by skipping periods (rate 1/75: 2-4 ms every
 #: 100-300 ms), so a 1 s probe holds a few bursts and is off by about one. 128 probes at TDF 75.3 alone
-#: on this host: 1 s read -5 to +10 %, 6 s -0.7 to +0.4 % (docs/measurements.md, "Scale on this 2-core
-#: host").
+#: on this host: 1 s read -5 to +10 %, 6 s -0.7 to +0.4 % (docs/measurements.md,
+#: "Scale on this 2-core host").
 PROBE_MIN_CPU_S = 0.08
 #: Python's default (5 ms) lets a busy thread keep the GIL for 5 ms after the timer thread asks for it.
 GIL_SWITCH_INTERVAL_S = 0.0005
