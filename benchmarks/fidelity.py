@@ -193,8 +193,8 @@ def measure_quickstart(base: Path, reps: int, out: dict) -> None:
 
 #: Jobs a NAS run starts with that the ratio leaves out: a run's first job touches memory that this
 #: host's hypervisor took back (free page reporting) and spends 0.6-0.7 s more system CPU a MG.A rank
-#: than the jobs after it, which a bare-metal node would not (docs/measurements.md, "Why a run's first
-#: job is the slowest: memory the host took back").
+#: than the jobs after it, which a bare-metal node would not (docs/measurements.md,
+#: "Why a run's first job is the slowest: memory the host took back").
 WARMUP_JOBS = 1
 
 
