@@ -42,7 +42,9 @@ def _loopback(ip: str) -> bool:
     return ip.startswith("127.") or ip == "::1"
 
 
+# 31 s: the default run stays under about 12 minutes (the developers' guide); CI runs it with --extended.
 @pytest.mark.slow
+@pytest.mark.extended
 def test_a_local_run_listens_on_loopback_and_its_ray_refuses_clients_without_the_token(
     scenario_file, tmp_path
 ):

@@ -96,7 +96,11 @@ def test_a_pipeline_alone_meets_every_deadline(tmp_path, backend):
     assert low <= s["frame_latency_s_mean.rt"] < 0.5
 
 
-@pytest.mark.parametrize("backend", ["sim", pytest.param("real", marks=pytest.mark.slow)])
+# The real variant: 24 s, up to 3 tries (measured); the default run stays under about 12 minutes (the
+# developers' guide) with the simulator's, and CI runs the real one with --extended.
+@pytest.mark.parametrize(
+    "backend", ["sim", pytest.param("real", marks=[pytest.mark.slow, pytest.mark.extended])]
+)
 def test_the_same_pipeline_misses_under_overload(tmp_path, backend):
     jobs = [{"id": f"rt{i}", "size": 3, "app": HEAVY} for i in range(3)]
     runs = iter(range(3))
