@@ -31,6 +31,19 @@ def cpu_seconds() -> float:
 WARMUP_S = 0.3
 
 
+def command(seconds: float, start_at: float) -> list[str]:
+    """The probe's command line: ``seconds`` of work from CLOCK_MONOTONIC ``start_at``."""
+    return [
+        sys.executable,
+        "-m",
+        "testbed.apps.probe",
+        "--seconds",
+        repr(seconds),
+        "--start-at",
+        repr(start_at),
+    ]
+
+
 def probe(seconds: float, start_at: float | None = None) -> dict:
     work(_CHUNK_UNITS)  # warm up the interpreter's code paths
     if start_at is not None:

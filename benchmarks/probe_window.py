@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
+
+from testbed.apps.probe import command as probe_command
 
 from testbed.emulator.mechanism.envelopes import make_envelope
 from testbed.emulator.mechanism.process import spawn
@@ -33,15 +34,7 @@ def measure(nodes: int, tdf: float, seconds: float, period_us: int, delay_s: flo
             e.create()
         # The interpreters start inside their throttled cgroups: give them time before the common start.
         start_at = time.monotonic() + delay_s
-        argv = [
-            sys.executable,
-            "-m",
-            "testbed.apps.probe",
-            "--seconds",
-            repr(seconds),
-            "--start-at",
-            repr(start_at),
-        ]
+        argv = probe_command(seconds, start_at)
         for k, e in enumerate(envs):
             workers.append(spawn(argv, env=None, cwd=None, stdout=f"{out}/{k}.out", stderr=None, envelope=e))
         for w in workers:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.apps.environ import NodeEnv, leftover_marks
+from testbed.apps.probe import command as probe_command
 from testbed.apps.wire import MAX_FRAME_BODY
 from testbed.core import coop
 from testbed.core import events as ev
@@ -285,17 +286,13 @@ class NodeAgent:
         seconds = max(seconds, PROBE_MIN_CPU_S / configured)
         log = str(self.run_dir / "logs" / f"probe.node{self.node}.out")
         err = str(self.run_dir / "logs" / f"probe.node{self.node}.err")
-        argv = [
-            sys.executable,
-            "-m",
-            "testbed.apps.probe",
-            "--seconds",
-            repr(seconds),
-            "--start-at",
-            repr(start_at),
-        ]
         worker = self.spawner.submit(
-            self.forkserver.spawn, argv, env=self._env({}), cwd=str(self.run_dir), stdout=log, stderr=err
+            self.forkserver.spawn,
+            probe_command(seconds, start_at),
+            env=self._env({}),
+            cwd=str(self.run_dir),
+            stdout=log,
+            stderr=err,
         ).result()
         try:
             code = worker.reap(timeout=seconds + 60 + max(0.0, start_at - time.monotonic()))

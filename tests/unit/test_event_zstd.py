@@ -104,12 +104,17 @@ def test_results_report_and_compare_read_a_zstd_folder(tmp_path):
     assert rebuilt == summary
 
 
-def test_a_torn_last_frame_is_passed_over(tmp_path):
+def _four_frames() -> tuple[list[list[dict]], list[bytes]]:
+    """Four chunks of 50 events, and each as one checksummed zstd frame (as the writer makes them)."""
     cctx = zstandard.ZstdCompressor(write_checksum=True)
     chunks = [
         [{"t": float(k), "kind": ev.JOB_SUBMITTED, "job": f"j{k}-{i}"} for i in range(50)] for k in range(4)
     ]
-    frames = [cctx.compress(b"".join(ev._line(e) for e in c)) for c in chunks]
+    return chunks, [cctx.compress(b"".join(ev._line(e) for e in c)) for c in chunks]
+
+
+def test_a_torn_last_frame_is_passed_over(tmp_path):
+    chunks, frames = _four_frames()
     path = tmp_path / "events.jsonl.zst"
     for cut in (5, len(frames[-1]) // 2, len(frames[-1]) - 1):
         path.write_bytes(b"".join(frames[:-1]) + frames[-1][:cut])
@@ -123,11 +128,7 @@ def test_a_torn_last_frame_is_passed_over(tmp_path):
 
 
 def test_damage_before_the_last_frame_fails_with_one_line_naming_the_file(tmp_path):
-    cctx = zstandard.ZstdCompressor(write_checksum=True)
-    chunks = [
-        [{"t": float(k), "kind": ev.JOB_SUBMITTED, "job": f"j{k}-{i}"} for i in range(50)] for k in range(4)
-    ]
-    frames = [cctx.compress(b"".join(ev._line(e) for e in c)) for c in chunks]
+    chunks, frames = _four_frames()
     path = tmp_path / "events.jsonl.zst"
     start = len(frames[0])
     for where in range(4, len(frames[1])):  # every byte of the second frame after its magic number
@@ -147,7 +148,8 @@ def test_damage_before_the_last_frame_fails_with_one_line_naming_the_file(tmp_pa
     path.write_bytes(frames[0] + waits)  # the same frame last: a torn end, passed over
     assert list(ev.read_jsonl(path)) == chunks[0]
     # A frame whose lines are not events: the line is named, as in a plain log.
-    path.write_bytes(frames[0] + cctx.compress(b'{"t": 1.0, "kind": "job_sta{"t": 2\n') + frames[2])
+    torn = zstandard.ZstdCompressor(write_checksum=True).compress(b'{"t": 1.0, "kind": "job_sta{"t": 2\n')
+    path.write_bytes(frames[0] + torn + frames[2])
     with pytest.raises(ev.EventLogError, match=r"line 51 is not an event"):
         list(ev.read_jsonl(path))
 
