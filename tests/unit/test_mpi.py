@@ -254,3 +254,31 @@ def test_the_mirror_takes_the_median_of_its_receives_off_the_link_bounded():
             mirror.mirrored_at = mpi_wrap.time.monotonic() - cost
             mirror.matched(None)
         assert abs(tb.early_s - want) < 2e-6, (stamped, tb.early_s, want)
+
+
+def test_the_segments_mpi_init_mapped_are_unlinked_and_nothing_else(tmp_path):
+    # A rank killed before MPI_Finalize left its /dev/shm/mpich_shm_* behind; the wrapper unlinks what
+    # this process has mapped from there once MPI_Init is done, and no other file.
+    import os
+    import uuid
+
+    from testbed.apps.mpi_wrap import unlink_init_shm
+
+    mine = f"/dev/shm/mpich_shm_test{uuid.uuid4().hex[:8]}_0"
+    other = tmp_path / "mpich_shm_elsewhere_0"  # mapped, but not from /dev/shm
+    for path in (mine, other):
+        with open(path, "wb") as f:
+            f.write(b"x")
+    maps = tmp_path / "maps"
+    maps.write_text(
+        f"7f0000000000-7f0000100000 rw-s 00000000 00:19 12345 {mine}\n"
+        f"7f0000200000-7f0000300000 rw-s 00000000 00:19 12346 {other}\n"
+        "7f0000400000-7f0000500000 r-xp 00000000 08:01 99 /usr/lib/libc.so.6\n"
+    )
+    try:
+        assert unlink_init_shm(str(maps)) == [mine]
+        assert not os.path.exists(mine) and other.exists()
+        assert unlink_init_shm(str(maps)) == []  # already gone: nothing, no error
+    finally:
+        if os.path.exists(mine):
+            os.unlink(mine)
