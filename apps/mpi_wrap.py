@@ -380,41 +380,31 @@ def _point_to_point(MPI, mirror):
         # -- point to point -----------------------------------------------------------------------------
         # Sends go to MPI first and are mirrored after, so that a receiver woken by the mirror finds the data
         # there: mirrored first, a sender throttled between the two left its receiver polling in MPI.
-        def Send(self, buf, dest, tag=0):
+        def _sent(self, isend, msg, dest, tag, nbytes):
+            """MPI's nonblocking send ``isend`` of ``msg``, then its mirror, which the link counts from
+            the call's start."""
             t0 = time.monotonic()
-            req = super().Isend(buf, dest, tag)
-            mirror.send(dest, tag, _nbytes(buf), t0)
-            _await(req)
+            req = isend(msg, dest, tag)
+            mirror.send(dest, tag, nbytes, t0)
+            return req
+
+        def Send(self, buf, dest, tag=0):
+            _await(self._sent(super().Isend, buf, dest, tag, _nbytes(buf)))
 
         def Ssend(self, buf, dest, tag=0):
-            t0 = time.monotonic()
-            req = super().Issend(buf, dest, tag)
-            mirror.send(dest, tag, _nbytes(buf), t0)
-            _await(req)
+            _await(self._sent(super().Issend, buf, dest, tag, _nbytes(buf)))
 
         def send(self, obj, dest, tag=0):
-            t0 = time.monotonic()
-            req = super().isend(obj, dest, tag)
-            mirror.send(dest, tag, _pickled(obj), t0)
-            _await(req)
+            _await(self._sent(super().isend, obj, dest, tag, _pickled(obj)))
 
         def ssend(self, obj, dest, tag=0):
-            t0 = time.monotonic()
-            req = super().issend(obj, dest, tag)
-            mirror.send(dest, tag, _pickled(obj), t0)
-            _await(req)
+            _await(self._sent(super().issend, obj, dest, tag, _pickled(obj)))
 
         def Isend(self, buf, dest, tag=0):
-            t0 = time.monotonic()
-            req = super().Isend(buf, dest, tag)
-            mirror.send(dest, tag, _nbytes(buf), t0)
-            return req
+            return self._sent(super().Isend, buf, dest, tag, _nbytes(buf))
 
         def isend(self, obj, dest, tag=0):
-            t0 = time.monotonic()
-            req = super().isend(obj, dest, tag)
-            mirror.send(dest, tag, _pickled(obj), t0)
-            return req
+            return self._sent(super().isend, obj, dest, tag, _pickled(obj))
 
         def Recv(self, buf, source=ANY, tag=ANY, status=None):
             if source == MPI.PROC_NULL:
@@ -435,9 +425,8 @@ def _point_to_point(MPI, mirror):
             return out
 
         def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=ANY, recvtag=ANY, status=None):
-            t0 = time.monotonic()
-            req = super().Isend(sendbuf, dest, sendtag)  # to PROC_NULL: complete at once
-            mirror.send(dest, sendtag, _nbytes(sendbuf), t0)
+            # To PROC_NULL: complete at once.
+            req = self._sent(super().Isend, sendbuf, dest, sendtag, _nbytes(sendbuf))
             if source != MPI.PROC_NULL:
                 source, recvtag = mirror.recv(source, recvtag)
             st = status if status is not None else MPI.Status()
@@ -447,9 +436,7 @@ def _point_to_point(MPI, mirror):
             _await(req)
 
         def sendrecv(self, sendobj, dest, sendtag=0, recvbuf=None, source=ANY, recvtag=ANY, status=None):
-            t0 = time.monotonic()
-            req = super().isend(sendobj, dest, sendtag)
-            mirror.send(dest, sendtag, _pickled(sendobj), t0)
+            req = self._sent(super().isend, sendobj, dest, sendtag, _pickled(sendobj))
             if source != MPI.PROC_NULL:
                 source, recvtag = mirror.recv(source, recvtag)
             st = status if status is not None else MPI.Status()

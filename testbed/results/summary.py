@@ -213,36 +213,9 @@ class Tally:
             err = abs(e["error"])
             self.rate_err = err if self.rate_err is None else max(self.rate_err, err)
         elif kind == ev.RATE_WINDOW:
-            w = self.rate_windows.setdefault(e["node"], [None, None, 0, 0])
-            if e.get("error") is not None:
-                w[2] += 1
-                w[3] += e["error"] > RATE_WINDOW_WARN
-                if w[0] is None or e["error"] > w[0]:
-                    w[0], w[1] = e["error"], t
+            self._rate_window(e, t)
         elif kind == ev.PROGRESS:
-            unit = e.get("unit")
-            if unit in SAMPLE_UNITS:  # one observation each, not a running total
-                key = (unit, self.cls.get(e.get("job"), "default"))
-                v = float(e["value"])
-                acc = self.samples.setdefault(key, [0.0, 0, v])
-                acc[0] += v
-                acc[1] += 1
-                acc[2] = max(acc[2], v)
-                return
-            if unit in _DEADLINE_UNITS:  # each rank counts its own; a counter only grows
-                key = (e["job"], e.get("rank", 0), unit)
-                self.deadlines[key] = max(self.deadlines.get(key, 0.0), float(e["value"]))
-            elif unit == FINISH_UNIT:
-                self.finishes[e["job"]][e.get("rank", 0)] = float(e["value"])
-            elif unit in SESSION_TIMES:  # a session's running totals: times, not counts, so no rate
-                totals = self.session[e["job"]]
-                totals[unit] = max(totals.get(unit, 0.0), float(e["value"]))
-                return
-            if e.get("job") in self.start and unit != FINISH_UNIT:  # a time, not a count: no rate
-                key = (e["job"], e.get("unit", "barriers"))
-                old = self.progress.get(key)
-                if old is None or e["value"] > old[0]:
-                    self.progress[key] = (float(e["value"]), t)
+            self._progress(e, t)
         elif e.get("job") not in self.jobs:
             return
         elif kind == ev.JOB_STARTED:
@@ -260,6 +233,39 @@ class Tally:
             self.cpu[e["job"]] += float(e["cpu_s"])
             if e.get("node") is not None:
                 self.cpu_by_node[e["node"]] += float(e["cpu_s"])
+
+    def _rate_window(self, e: dict, t: float) -> None:
+        w = self.rate_windows.setdefault(e["node"], [None, None, 0, 0])
+        if e.get("error") is not None:
+            w[2] += 1
+            w[3] += e["error"] > RATE_WINDOW_WARN
+            if w[0] is None or e["error"] > w[0]:
+                w[0], w[1] = e["error"], t
+
+    def _progress(self, e: dict, t: float) -> None:
+        unit = e.get("unit")
+        if unit in SAMPLE_UNITS:  # one observation each, not a running total
+            key = (unit, self.cls.get(e.get("job"), "default"))
+            v = float(e["value"])
+            acc = self.samples.setdefault(key, [0.0, 0, v])
+            acc[0] += v
+            acc[1] += 1
+            acc[2] = max(acc[2], v)
+            return
+        if unit in _DEADLINE_UNITS:  # each rank counts its own; a counter only grows
+            key = (e["job"], e.get("rank", 0), unit)
+            self.deadlines[key] = max(self.deadlines.get(key, 0.0), float(e["value"]))
+        elif unit == FINISH_UNIT:
+            self.finishes[e["job"]][e.get("rank", 0)] = float(e["value"])
+        elif unit in SESSION_TIMES:  # a session's running totals: times, not counts, so no rate
+            totals = self.session[e["job"]]
+            totals[unit] = max(totals.get(unit, 0.0), float(e["value"]))
+            return
+        if e.get("job") in self.start and unit != FINISH_UNIT:  # a time, not a count: no rate
+            key = (e["job"], e.get("unit", "barriers"))
+            old = self.progress.get(key)
+            if old is None or e["value"] > old[0]:
+                self.progress[key] = (float(e["value"]), t)
 
     def rows(self) -> list[dict]:
         rows = []
