@@ -27,7 +27,6 @@ from testbed.apps.reports import (
 )
 from testbed.core import events as ev
 from testbed.core.jobs import StrEnum
-from testbed.emulator.mechanism.ratewatch import WARN_ERROR as RATE_WINDOW_WARN
 from testbed.results.dedicated import Dedicated
 from testbed.scenario import ScenarioError, load
 
@@ -70,6 +69,9 @@ LOCAL_SLOWDOWN = "local_slowdown"
 #: jobs.csv's column, after local_slowdown, in the same runs (those with local users' sessions: a
 #: non-dedicated cluster, paper 004): each completed parallel job's execution_time over its run time
 #: alone on a dedicated cluster, simulated (testbed/results/dedicated.py); empty for other jobs.
+#: A node that fell more than this below its rate in a window of the rate watch
+#: (testbed/emulator/mechanism/ratewatch.py) is warned about: in the summary, the run's table and the report.
+RATE_WINDOW_WARN = 0.05
 PARALLEL_SLOWDOWN = "parallel_slowdown"
 #: summary.json's figures of that column: its mean and max over the completed parallel jobs.
 PARALLEL_SLOWDOWN_MEAN = f"{PARALLEL_SLOWDOWN}_mean"
@@ -524,7 +526,7 @@ def rate_watch(t: Tally) -> dict:
 
 
 def rate_warning(s: dict) -> str | None:
-    """One line when some node fell more than WARN_ERROR below its rate in a window of the rate watch."""
+    """One line when some node fell more than RATE_WINDOW_WARN below its rate in a window of the watch."""
     err = s.get(RATE_WINDOW_ERROR_MAX)
     if err is None or err <= RATE_WINDOW_WARN:
         return None

@@ -26,8 +26,9 @@ from testbed.emulator.agent import NodeAgent, NodeConfig
 from testbed.emulator.mechanism import envelope as envmod
 from testbed.emulator.mechanism.envelopes import make_envelope
 from testbed.emulator.mechanism.process import spawn
-from testbed.emulator.mechanism.ratewatch import WARN_ERROR, RateWatch, explained, judge, window_s
+from testbed.emulator.mechanism.ratewatch import RateWatch, explained, judge, window_s
 from testbed.results import summary as results
+from testbed.results.summary import RATE_WINDOW_WARN
 
 from ..conftest import measured, requires
 
@@ -40,8 +41,8 @@ needs_cpu0 = pytest.mark.skipif(0 not in os.sched_getaffinity(0), reason="CPU 0 
 # contended, rate 0.8 beside a busy node at rate 1.0 on one CPU, the two groups' equal weights split it
 # and the node gets 0.49-0.50 of a core: its windows read 0.38-0.39, 0.50 in the one its job began
 # (10 runs). Quiet, rate 0.5: -0.001 to 0.008 (12 runs).
-CONTENDED_MIN = 0.25  # well above WARN_ERROR, well below the 0.37 that equal weights give
-QUIET_MAX = WARN_ERROR
+CONTENDED_MIN = 0.25  # well above RATE_WINDOW_WARN, well below the 0.37 that equal weights give
+QUIET_MAX = RATE_WINDOW_WARN
 
 
 def test_judge_counts_only_busy_windows_and_explains_waits_by_throttling():

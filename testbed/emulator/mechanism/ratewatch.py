@@ -48,8 +48,6 @@ WINDOW_S = 1.0
 #: A window counts when the node's threads were runnable (running or waiting) for at least this share of
 #: it, summed over threads.
 MIN_RUNNABLE = 0.5
-#: A node that fell more than this below its rate in a window is warned about (summary, table, report).
-WARN_ERROR = 0.05
 
 
 def window_s(period_us: int) -> float:
