@@ -91,28 +91,44 @@ class NodeMetrics:
         self.scheduler = scheduler
         self.idle_watts = idle_watts
         self.busy_watts = busy_watts
-        self.registry = r = CollectorRegistry()
-        n = self.node
+        self.registry = CollectorRegistry()
         self.util = self.power = self.energy = None
         if not head:
-            self.util = Gauge(
-                "testbed_node_cpu_utilization_ratio",
-                "CPU used by the node's processes over what its envelope delivers, last interval (0-1)",
-                ["node", "scheduler"],
-                registry=r,
-            ).labels(n, scheduler)
-            self.power = Gauge(
-                "testbed_node_power_watts",
-                "Node power from the scenario's model P = B + X*u, last interval",
-                ["node"],
-                registry=r,
-            ).labels(n)
-            self.energy = Counter(
-                "testbed_node_energy_joules",
-                "Node energy: power integrated over emulated time since the run began",
-                ["node"],
-                registry=r,
-            ).labels(n)
+            self._power_metrics()
+        self._work_metrics(job_classes)
+        self._outcome_metrics(job_classes)
+        self._clock_metrics(tdf)
+        self._local: Gauge | None = None  # local users' session slowdown: set_local_slowdown
+        for g in self.procs.values():
+            g.set(0)
+        if self.power is not None:
+            self.power.set(idle_watts)
+
+    def _power_metrics(self) -> None:
+        """Utilisation, power and energy: a cluster node's only (the head's CPU is not the cluster's)."""
+        r, n = self.registry, self.node
+        self.util = Gauge(
+            "testbed_node_cpu_utilization_ratio",
+            "CPU used by the node's processes over what its envelope delivers, last interval (0-1)",
+            ["node", "scheduler"],
+            registry=r,
+        ).labels(n, self.scheduler)
+        self.power = Gauge(
+            "testbed_node_power_watts",
+            "Node power from the scenario's model P = B + X*u, last interval",
+            ["node"],
+            registry=r,
+        ).labels(n)
+        self.energy = Counter(
+            "testbed_node_energy_joules",
+            "Node energy: power integrated over emulated time since the run began",
+            ["node"],
+            registry=r,
+        ).labels(n)
+
+    def _work_metrics(self, job_classes: Iterable[str]) -> None:
+        """The node's processes by state, its local policy's dispatches and its workers' progress."""
+        r, n = self.registry, self.node
         procs = Gauge(
             "testbed_node_processes",
             "Worker processes on the node by state (blocked = continued but waiting for a message)",
@@ -125,7 +141,7 @@ class NodeMetrics:
             "Processes the node continued (made runnable) by its local policy",
             ["node", "scheduler"],
             registry=r,
-        ).labels(n, scheduler)
+        ).labels(n, self.scheduler)
         self._progress = Counter(
             "testbed_job_progress",
             "Work reported by the node's workers, by unit (barriers, iterations, frames, bytes)",
@@ -135,6 +151,10 @@ class NodeMetrics:
         for jc in job_classes:
             for u in PROGRESS_UNITS:
                 self._progress.labels(n, _job_class(jc), u)
+
+    def _outcome_metrics(self, job_classes: Iterable[str]) -> None:
+        """Deadlines, frame latency and the local policy's decision time."""
+        r, n, scheduler = self.registry, self.node, self.scheduler
         # Deadlines are counted where workers report them (the node of a pipeline's last stage), from the
         # same progress counters the results read (apps/reports.py): any program kind's deadlines.
         self._deadlines = Counter(
@@ -161,6 +181,10 @@ class NodeMetrics:
             buckets=DECISION_BUCKETS,
             registry=r,
         ).labels("local", scheduler)
+
+    def _clock_metrics(self, tdf: float) -> None:
+        """The time dilation factor and the node's rate: the probe's error and the rate watch's."""
+        r, n = self.registry, self.node
         self.tdf = Gauge(
             "testbed_time_dilation_factor",
             "Real seconds per emulated second",
@@ -183,11 +207,6 @@ class NodeMetrics:
             registry=r,
         ).labels(n)
         self.rate_window_error.set(math.nan)
-        self._local: Gauge | None = None  # local users' session slowdown: set_local_slowdown
-        for g in self.procs.values():
-            g.set(0)
-        if self.power is not None:
-            self.power.set(idle_watts)
 
     def sample(self, u: float, dt_emu_s: float) -> float:
         """Records an interval of ``dt_emu_s`` emulated seconds at mean utilisation ``u``. The power model
