@@ -454,6 +454,10 @@ class LocalPolicy(ABC):
     #: This node's rate and memory; the owner sets it (:meth:`Scheduler.make_local`) right after
     #: construction, before the first event.
     info: NodeInfo = NodeInfo()
+    #: Every node's rate and memory, node i at index i (this one's is :attr:`info`), set with it; empty
+    #: when the owner gave none. A policy that sizes something on the whole cluster reads it (CCS's memory
+    #: pool is a fraction of the smallest node's memory, the same on every node).
+    cluster: tuple[NodeInfo, ...] = ()
 
     def __init__(self, node: int, params: PolicyParams | Mapping[str, Any], seed: int = 0) -> None:
         self.node = node
@@ -556,15 +560,26 @@ class Scheduler:
 
     @classmethod
     def make_local(
-        cls, node: int, params: Mapping[str, Any] | PolicyParams, seed: int, info: NodeInfo | None = None
+        cls,
+        node: int,
+        params: Mapping[str, Any] | PolicyParams,
+        seed: int,
+        info: NodeInfo | None = None,
+        cluster: Sequence[NodeInfo] | None = None,
     ) -> LocalPolicy:
-        """Node ``node``'s local policy, given the scenario's ``scheduler.params`` (validated here) and the
-        node's rate and memory (``info``; None: rate 1.0, memory unknown)."""
+        """Node ``node``'s local policy, given the scenario's ``scheduler.params`` (validated here), the
+        node's rate and memory (``info``; None: rate 1.0, memory unknown) and every node's (``cluster``,
+        node i at index i; None: not told)."""
         policy = cls.local_policy(node, cls.parse_params(params), seed)
         if info is not None:
             if not isinstance(info, NodeInfo):
                 raise ValueError(f"node info: needs a NodeInfo, got {info!r}")
             policy.info = info
+        if cluster is not None:
+            cluster = tuple(cluster)
+            if not all(isinstance(i, NodeInfo) for i in cluster):
+                raise ValueError(f"cluster info: needs one NodeInfo per node, got {cluster!r}")
+            policy.cluster = cluster
         return policy
 
 

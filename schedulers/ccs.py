@@ -24,8 +24,26 @@ the same weights, so both backends share the CPU alike.
     ``L`` times the weight of the others, until it has received as many NO_LOCAL as LOCAL for that job:
     the job is held back on one node anyway, and the CPU it could not use goes to the other jobs here.
 
-  The memory pool ``M_D``, the swapping task and the STOP and RESUME events (rules 3-5) are not here
-  yet: the testbed models no paging (docs/policies.md says what remains).
+  - *Memory, rules 3-5.* A process's memory is its job's declared ``memory_mb`` (``ProcAdded.spec``;
+    a local user's session's is its profile's), the same figures the simulator's paging model reads
+    (testbed/core/paging.py). The node *swaps* while the processes it lets run need more than its memory
+    ``M_i``; the parallel pool is ``M_D = min_i(M_i) x L`` (``LocalPolicy.cluster``: the same on every
+    node). While the node swaps and its running parallel processes need more than ``M_D``, it stops one
+    parallel job's process here, its *swapping task* (the one with most memory, a job named by a STOP
+    first: rule 3), and sends STOP for it; once that no longer holds with the task back in, it lets it
+    run again and sends RESUME. A stopped process's memory counts as free (its pages leave memory: what
+    stopping it buys). One swapping task at a time, as in the paper.
+  - *Rule 1 for STOP.* A node that runs several parallel processes gives a job named by STOP a quantum
+    of zero until as many RESUME came: it is stopped somewhere, so whatever it got here would be wasted.
+    CFS has no weight zero: nice 19 (weight 15, 1.5 % beside one process at nice 0). It is not stopped,
+    so its memory stays resident: rule 3 makes it the one to stop should the node swap.
+  - *Rule 4.* A swapping node that hears STOP for another job here stops that one instead and lets its
+    own swapping task run again (RESUME for it, STOP for the new one): one job stopped across the cluster
+    rather than one per node. Ours, stated: only a job that comes before the node's own swapping task in
+    job-id order takes its place, so two nodes that stopped different jobs at once agree on one rather
+    than swap them back and forth.
+  - *Rule 5.* A swapping node that hears RESUME for its own swapping task lets it run and picks another
+    (not that one) if it still swaps.
 """
 
 from __future__ import annotations
@@ -33,7 +51,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .base import CoopEvent, CoopReceived, LocalDecision, LocalEvent, Proc, ProcAdded, ProcExited
-from .cfs import NICE_MIN, cfs_weight, nearest_nice
+from .cfs import NICE_MAX, NICE_MIN, cfs_weight, nearest_nice
 from .cosched import BoostParams, CoschedLocal, _Cosched
 from .local import LocalParams
 from .params import param
@@ -79,6 +97,20 @@ class NoLocal(CoopEvent):
     node: int
 
 
+@dataclass(frozen=True)
+class Stop(CoopEvent):
+    """Node ``node`` stopped its process of ``job_id``, its swapping task (memory ran out)."""
+
+    node: int
+
+
+@dataclass(frozen=True)
+class Resume(CoopEvent):
+    """Node ``node`` let its swapping task, its process of ``job_id``, run again."""
+
+    node: int
+
+
 # --------------------------------------------------------------------------------------------------------
 # Local policies
 
@@ -111,6 +143,10 @@ class CcsLocal(DynamicLocal):
         self.told: dict[str, int] = {}  # per job: LOCAL received minus NO_LOCAL received
         self.nices: dict[Proc, int] = {}
         self.outbox: list[CoopEvent] = []
+        self.memory: dict[Proc, float] = {}  # each process's declared memory, MB
+        self.stopped: dict[str, int] = {}  # per job: STOP received minus RESUME received
+        self.swapping: str | None = None  # the job whose process here is this node's swapping task
+        self.spared: str | None = None  # rule 5: the swapping task RESUME let go, not picked again
 
     def on_event(self, now: float, event: LocalEvent) -> LocalDecision:
         if isinstance(event, CoopReceived):
@@ -125,6 +161,7 @@ class CcsLocal(DynamicLocal):
 
     def react(self, now: float, event: LocalEvent) -> None:
         if isinstance(event, ProcAdded):
+            self.memory[event.proc] = event.spec.memory_mb if event.spec is not None else 0.0
             if event.local:
                 if not self.local:
                     self.outbox += [Local(job, self.node) for job in sorted(self.jobs)]
@@ -136,6 +173,9 @@ class CcsLocal(DynamicLocal):
                 self.jobs[job] = self.jobs.get(job, 0) + 1
         elif isinstance(event, ProcExited):
             self._exited(event.proc)
+        else:
+            return  # a message's event: nothing of the shares or the memory changes
+        self._swap()
         self._shares()
 
     def _exited(self, proc: Proc) -> None:
@@ -151,12 +191,92 @@ class CcsLocal(DynamicLocal):
         else:
             self.jobs.pop(job, None)
             self.told.pop(job, None)
+            self.stopped.pop(job, None)
+            if self.swapping == job:
+                self.swapping = None  # it ended (killed): nothing to resume, its nodes drop it as it ends
+            if self.spared == job:
+                self.spared = None
 
     def _heard(self, event: CoopEvent) -> None:
-        if isinstance(event, Local | NoLocal) and event.job_id in self.jobs:
+        job = event.job_id
+        if job not in self.jobs:
+            return
+        if isinstance(event, Local | NoLocal):
             step = 1 if isinstance(event, Local) else -1
-            self.told[event.job_id] = self.told.get(event.job_id, 0) + step  # rule 2: held until balanced
+            self.told[job] = self.told.get(job, 0) + step  # rule 2: held until balanced
+        elif isinstance(event, Stop | Resume):
+            self.stopped[job] = self.stopped.get(job, 0) + (1 if isinstance(event, Stop) else -1)
+            if isinstance(event, Stop) and self.swapping is not None and job < self.swapping:
+                self._release()  # rule 4: the named job takes the place of this node's swapping task
+                self._stop(job)
+            elif isinstance(event, Resume) and job == self.swapping:
+                self._release()  # rule 5: let it run, and pick another if the node still swaps
+                self.spared = job
+        self._swap()
         self._shares()
+
+    # -- memory (rules 3-5) ------------------------------------------------------------------------------
+
+    def _pool_mb(self) -> float | None:
+        """M_D: L times the smallest node's memory (this node's when the cluster is not known)."""
+        mems = [i.memory_mb for i in self.cluster] or [self.info.memory_mb]
+        if any(m is None for m in mems):
+            return None
+        return min(mems) * self.params.share_l
+
+    def zeroed(self) -> set[str]:
+        """Rule 1 for STOP: the jobs named by STOP that a node with several parallel processes does not
+        run (their quantum is zero)."""
+        if sum(self.jobs.values()) <= 1:
+            return set()
+        return {job for job, n in self.stopped.items() if n > 0}
+
+    def _swaps(self) -> bool:
+        """Whether the node swaps with every process in (its swapping task too), its parallel processes
+        then exceeding M_D: the condition to have a swapping task."""
+        mem, pool = self.info.memory_mb, self._pool_mb()
+        if mem is None or pool is None:
+            return False
+        parallel = sum(m for p, m in self.memory.items() if p not in self.local)
+        local = sum(self.memory.get(p, 0.0) for p in self.local)
+        return local + parallel > mem * (1 + 1e-12) and parallel > pool * (1 + 1e-12)
+
+    def _swap(self) -> None:
+        """Keeps the swapping task as the memory asks: resumed once the node would not swap with it back,
+        one picked when the node swaps (rule 3: a job named by STOP first, then the most memory)."""
+        if self.swapping is not None and not self._swaps():
+            self._release()
+        if self.swapping is None and self._swaps():
+            pick = self._pick()
+            if pick is not None:
+                self._stop(pick)
+        if self.spared is not None and not self._swaps():
+            self.spared = None  # the memory fits again: it may be picked later
+
+    def _pick(self) -> str | None:
+        mb: dict[str, float] = {}
+        for p, m in self.memory.items():
+            if p not in self.local and p.job_id != self.spared:
+                mb[p.job_id] = mb.get(p.job_id, 0.0) + m
+        if not mb:
+            return None
+        return min(mb, key=lambda j: (self.stopped.get(j, 0) <= 0, -mb[j], j))
+
+    def _stop(self, job: str) -> None:
+        self.swapping = job
+        self.outbox.append(Stop(job, self.node))
+
+    def _release(self) -> None:
+        if self.swapping is not None:
+            self.outbox.append(Resume(self.swapping, self.node))
+            self.swapping = None
+
+    def _decision(self) -> LocalDecision:
+        d = super()._decision()
+        if self.swapping is None:
+            return d
+        run = frozenset(p for p in self.procs if p in self.local or p.job_id != self.swapping)
+        return LocalDecision(run=run, nice=d.nice, wakeup=d.wakeup, coop=d.coop)
 
     def _shares(self) -> None:
         """Each process's nice value from the weights the rules give (module docstring)."""
@@ -170,17 +290,23 @@ class CcsLocal(DynamicLocal):
             scale = L * len(self.local) / ((1 - L) * sum(weight.values()))
         base = cfs_weight(self.normal_nice)
         self.nices = {p: nearest_nice(base * scale * w) for p, w in weight.items()}
+        for p in parallel:
+            if p.job_id in self.zeroed():
+                self.nices[p] = NICE_MAX  # rule 1 for STOP: CFS's nearest to a quantum of zero
 
     def base_nice(self, proc: Proc) -> int:
         return self.nices.get(proc, self.normal_nice)
 
     def nice_of(self, proc: Proc) -> int:
-        if self.local:  # a boost would take from the local users' 1 - L: the shares alone while they are here
+        # A boost would take from the local users' 1 - L (the shares alone while they are here), or lift a
+        # job rule 1 holds at a quantum of zero.
+        if self.local or self.nices.get(proc) == NICE_MAX:
             return self.base_nice(proc)
         return super().nice_of(proc)
 
     def forget(self, proc: Proc) -> None:
         self.nices.pop(proc, None)
+        self.memory.pop(proc, None)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -197,7 +323,7 @@ class Dynamic(_Cosched):
 
 class Ccs(_Cosched):
     name = "ccs"
-    summary = "paper 004's cooperating coscheduling: DYNAMIC, local users' share 1 - L, LOCAL/NO_LOCAL events"
+    summary = "paper 004's cooperating coscheduling: DYNAMIC, local users' share 1 - L, memory pool, 4 events"
     local_policy = CcsLocal
     Params = CcsParams
     wait_mode = "block"

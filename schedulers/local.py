@@ -71,7 +71,15 @@ class LocalGlobal(FcfsQueue):
 
 
 class LocalParams(NlsParams, MemoryAwareParams):
-    pass
+    memory_pool: float | None = param(
+        None,
+        "paper 004's parallel memory pool M_D as a fraction of the smallest node's memory: processes that "
+        "share a node may hold at most M_D = memory_pool x min_i(M_i) together (a process alone, its node's "
+        "memory); null: no pool. Needs memory_aware and cluster memory",
+        noun="a fraction",
+        gt=0,
+        le=1,
+    )
 
 
 class Local(Scheduler):

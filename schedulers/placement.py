@@ -93,7 +93,11 @@ class NodeMemory:
         # have it without its model being a MemoryAwareParams: read by name.
         self.aware = getattr(policy.params, "memory_aware", True)
         self.used = [0.0] * policy.nodes
+        self.count = [0] * policy.nodes  # the processes placed on each node
         self.held: dict[str, tuple[tuple[int, ...], float]] = {}  # job -> (nodes, MB per process)
+        # Paper 004's parallel memory pool (LocalParams.memory_pool): processes that share a node hold at
+        # most M_D = memory_pool x the smallest node's memory together; one alone, its node's memory.
+        self.pool = getattr(policy.params, "memory_pool", None) if self.aware else None
         self._seen: tuple = ()  # the node_info ``alike`` was computed for
         self._alike = True
 
@@ -138,12 +142,25 @@ class NodeMemory:
             )
         return None
 
+    def pool_mb(self) -> float:
+        """M_D, the most that processes sharing a node may hold together (MB; infinite without a pool or
+        with some node's memory unknown)."""
+        smallest = self.policy.node_memory_mb
+        if self.pool is None or smallest is None:
+            return math.inf
+        return smallest * self.pool * (1 + 1e-12)
+
     def fits(self, node: int, job: JobSpec) -> bool:
-        return self.used[node] + job.memory_mb <= self.limit(node)
+        limit = self.limit(node)
+        if self.count[node]:
+            limit = min(limit, self.pool_mb())
+        return self.used[node] + job.memory_mb <= limit
 
     def fitting(self, nodes: Iterable[int], job: JobSpec) -> list[int]:
         """The nodes of ``nodes`` (in their order) where one more process of ``job`` fits."""
         mb, used = job.memory_mb, self.used
+        if self.pool is not None:
+            return [n for n in nodes if self.fits(n, job)]
         if self.alike:  # one limit for every node (the common case: no per-node call in the loop)
             top = self.limit(0)
             return list(nodes) if top == math.inf else [n for n in nodes if used[n] + mb <= top]
@@ -156,12 +173,14 @@ class NodeMemory:
         self.held[job.job_id] = (nodes, job.memory_mb)
         for n in nodes:
             self.used[n] += job.memory_mb
+            self.count[n] += 1
 
     def release(self, job_id: str) -> None:
         """``job_id`` ended: its memory is free again (nothing if it held none)."""
         nodes, mb = self.held.pop(job_id, ((), 0.0))
         for n in nodes:
             self.used[n] = max(0.0, self.used[n] - mb)
+            self.count[n] -= 1
 
 
 class FcfsQueue(GlobalPolicy):

@@ -54,6 +54,9 @@ NODE_DOWN = "node_down"  # node, reason
 COOP_SENT = "coop_sent"
 COOP_RECEIVED = "coop_received"
 NODE_UP = "node_up"  # node
+#: node, demand_mb, memory_mb, factor: the modelled paging of a node changed (testbed/core/paging.py;
+#: factor 1.0 when its demand fits again). The simulator's; the real backend models no paging.
+NODE_PAGING = "node_paging"
 RUN_INFO = "run_info"  # free-form facts about the run (tdf, envelope, priority obtained)
 RUN_ERROR = "run_error"  # error (one line), traceback: an exception that ended the run (policy, agent, ...)
 

@@ -93,6 +93,9 @@ class NodeConfig:
     envelope: str = "auto"
     cfs_period_us: int = 100_000
     memory_mb: float | None = None
+    #: Every node's (cpu_rate, memory_mb), node i at index i, for the local policy (LocalPolicy.cluster);
+    #: empty: not told.
+    cluster: tuple[tuple[float, float | None], ...] = ()
     scheduler: str = "local"
     params: dict = field(default_factory=dict)
     seed: int = 0
@@ -166,7 +169,8 @@ class NodeAgent:
         self.events = ev.EventWriter(self.run_dir / "events" / f"node{self.node}.jsonl", f"node{self.node}")
         self.sched = registry.get(self.cfg.scheduler)
         info = NodeInfo(self.cfg.cpu_rate, self.cfg.memory_mb)
-        self.policy = self.sched.make_local(self.node, self.cfg.params, self.cfg.seed, info)
+        cluster = [NodeInfo(r, m) for r, m in self.cfg.cluster] if self.cfg.cluster else None
+        self.policy = self.sched.make_local(self.node, self.cfg.params, self.cfg.seed, info, cluster)
         # Paired gang predicts from each process's CPU use per quantum: report it to the coordinator.
         self.report_quanta = getattr(self.sched.global_policy, "wants_utilization", False)
         self.procs: dict[Proc, _ProcState] = {}

@@ -314,6 +314,7 @@ class RayBackend:
                 envelope=c.envelope,
                 cfs_period_us=round(c.cfs_period_ms * 1000),
                 memory_mb=info.memory_mb,
+                cluster=tuple((i.rate, i.memory_mb) for i in c.node_info()),
                 scheduler=scn.scheduler.name,
                 params=scn.scheduler.params,
                 seed=scn.workload.seed,

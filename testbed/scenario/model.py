@@ -388,10 +388,27 @@ class JobClass(_Model):
     weight: float = Field(1.0, gt=0)
     app: AppSection = Field(default_factory=_default_app)
     memory_mb: float | None = Field(None, ge=0, description="per process; null: the profile's, else 0")
+    job_memory_mb: float | None = Field(
+        None,
+        ge=0,
+        description="the whole job's memory, split evenly among its processes (a fixed problem's data, as a "
+        "NAS class's: per process job_memory_mb / size); instead of memory_mb",
+    )
+
+    @model_validator(mode="after")
+    def _one_memory(self):
+        if self.memory_mb is not None and self.job_memory_mb is not None:
+            raise ValueError(
+                "job_memory_mb: give memory_mb (per process) or job_memory_mb (the job's, split among its "
+                "processes), not both"
+            )
+        return self
 
     def memory(self, size: int) -> float:
         if self.memory_mb is not None:
             return self.memory_mb
+        if self.job_memory_mb is not None:
+            return self.job_memory_mb / size
         return kinds.get(self.app.kind).memory_mb(self.app, size)
 
 

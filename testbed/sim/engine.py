@@ -29,8 +29,8 @@ writes the same event log. Model:
   that was allowed to run (or used CPU) in the quantum just ended with its exact CPU share over it
   (``GlobalPolicy.utilization``), before the new slot takes effect;
 * each node's rate and memory (``node_info``) are handed to the policies (``Scheduler.make_global``,
-  ``make_local``); memory itself is not modelled
-  (a policy that places a job where it does not fit is not slowed by swapping).
+  ``make_local``, with every node's); a node whose running processes declare more memory than it has
+  computes at a reduced rate (the paging model, testbed/core/paging.py; ``node_paging`` events).
 
 The simulation is exact up to floating point: a heap of timed events; a node's completion time is
 recomputed only when something on that node changes.
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.apps.base import Collective, Compute, Progress, Recv, Send, SimContext, Sleep
-from testbed.core import coop
+from testbed.core import coop, paging
 from testbed.core import events as ev
 from testbed.core.backend import ALL_JOBS_ENDED, INTERRUPTED, Hooks, Outcome, wall_limit_reached
 from testbed.core.decision import DecisionCore
@@ -227,12 +227,14 @@ class _Fluid:
 class _Node:
     __slots__ = ("idx", "policy", "rate", "msg_events", "procs", "queue", "last", "active", "shares", "ver",
                  "due", "finishing", "timer_ver", "src", "lazy_slots", "pending_slot", "fluid",
-                 "slot_allowed")  # fmt: skip
+                 "slot_allowed", "memory", "paging")  # fmt: skip
 
-    def __init__(self, idx: int, policy: LocalPolicy, rate: float) -> None:
+    def __init__(self, idx: int, policy: LocalPolicy, rate: float, memory: float | None = None) -> None:
         self.idx = idx
         self.policy = policy
         self.rate = rate  # CPU-seconds of rate-1.0 work per second of the whole CPU
+        self.memory = memory  # MB; None: unknown, never pages
+        self.paging = 1.0  # the paging model's factor on the rate, since ``last`` (testbed/core/paging.py)
         self.msg_events = bool(type(policy).wants_message_events)
         self.procs: dict[Proc, _Process] = {}
         self.queue: deque[LocalEvent] = deque()
@@ -315,9 +317,11 @@ class Simulation:
         self.gp: GlobalPolicy = scheduler.make_global(nodes, params, seed, node_info)
         self._util = bool(type(self.gp).wants_utilization)
         self.nodes = [
-            _Node(n, scheduler.make_local(n, params, seed, info), float(info.rate))
+            _Node(n, scheduler.make_local(n, params, seed, info, node_info), float(info.rate), info.memory_mb)
             for n, info in enumerate(node_info)
         ]
+        # Paging is modelled only where some process declares memory and some node's is known.
+        self._paging = any(j.spec.memory_mb > 0 for j in jobs) and any(i.memory_mb for i in node_info)
         # The head node (number ``nodes``, outside every policy's view) runs the jobs' head processes
         # (ProgramKind.head) with plain OS scheduling; it exists only if some job has a head.
         heads = any(job.kind.head for job in jobs)
@@ -584,6 +588,8 @@ class Simulation:
         rate = placed[0].rate
         if any(node.rate != rate for node in placed):
             return False  # ranks at different rates drift apart
+        if self._paging and any(paging.factor(job.spec.memory_mb, node.memory) < 1 for node in placed):
+            return False  # alone on its nodes and still paging: the paging model runs rank by rank
         work = job.kind.compute_only(job.app, len(placed))
         if work is None or not work > EPS:
             # A job of no work ends within its start's instant rank by rank, before the core hears of
@@ -700,7 +706,7 @@ class Simulation:
                 if p.allowed:
                     p.q_ran = True
         if dt > 0:
-            rate = node.rate
+            rate = node.rate * node.paging
             for p, share in zip(node.active, node.shares, strict=True):
                 used = share * dt
                 p.cpu_s += used
@@ -715,6 +721,8 @@ class Simulation:
             self._dirty[node.idx] = node
 
     def _replan(self, node: _Node) -> None:
+        if self._paging and node.memory is not None:
+            self._page(node)
         active = [
             p
             for p in node.procs.values()
@@ -732,7 +740,7 @@ class Simulation:
                 weights = [cfs_weight(p.nice) for p in active]
                 total = sum(weights)
                 node.shares = [w / total for w in weights]
-            rate = node.rate
+            rate = node.rate * node.paging
             left = [
                 (max(0.0, p.work) / (share * rate), p)
                 for p, share in zip(active, node.shares, strict=True)
@@ -751,6 +759,15 @@ class Simulation:
         node.due = due
         if due < math.inf:
             self._push(due, _COMPLETE, node, node.ver)
+
+    def _page(self, node: _Node) -> None:
+        """The paging model's factor for ``node`` from the memory of the processes allowed to run."""
+        demand = sum(p.run.job.spec.memory_mb for p in node.procs.values() if p.allowed)
+        f = paging.factor(demand, node.memory)
+        if f != node.paging:
+            node.paging = f
+            self._emit(node.src, ev.NODE_PAGING, self.now, node=node.idx, demand_mb=demand,
+                       memory_mb=node.memory, factor=f)  # fmt: skip
 
     def _on_complete(self, node: _Node, ver: int) -> None:
         if ver != node.ver:

@@ -78,3 +78,150 @@ def test_ccs_alone_on_a_node_a_job_named_by_local_keeps_the_cpu():
     _nices(pol, ProcAdded(A0))
     pol.on_event(0, CoopReceived(1, Local("a", 1)))
     assert pol.applied[A0] == 0
+
+
+# -- memory: the pool M_D, the swapping task, STOP and RESUME (rules 1, 3-5) --------------------------------
+
+MB = {"a": 60.0, "b": 40.0, "user": 35.0}
+
+
+def _spec(job, mb):
+    from testbed.schedulers.base import JobSpec
+
+    return JobSpec(job, 16, 0.0, memory_mb=mb)
+
+
+def _ccs(memory=128.0, smallest=128.0, share_l=0.5, node=0):
+    from testbed.schedulers.base import NodeInfo
+
+    pol = CcsLocal(node, CcsParams(share_l=share_l))
+    pol.info = NodeInfo(1.0, memory)
+    pol.cluster = (NodeInfo(0.43, smallest), NodeInfo(1.0, 256.0))
+    return pol
+
+
+def _add(pol, proc, local=False):
+    return pol.on_event(0.0, ProcAdded(proc, _spec(proc.job_id, MB[proc.job_id]), local=local))
+
+
+def test_ccs_stops_the_parallel_task_with_most_memory_when_the_node_swaps():
+    from testbed.schedulers.ccs import Resume, Stop
+
+    pol = _ccs()  # M_D = 128 x 0.5 = 64 MB
+    _add(pol, A0)
+    d = _add(pol, B0)  # 100 MB of 128: no swapping
+    assert d.run == {A0, B0} and d.coop == ()
+    d = _add(pol, U, local=True)  # 135 MB > 128, parallel 100 > 64: the swapping task is a (60 MB)
+    assert d.run == {B0, U}
+    assert Stop("a", 0) in d.coop
+    d = pol.on_event(1.0, ProcExited(U))  # 100 MB fit again: a runs, RESUME
+    assert d.run == {A0, B0}
+    assert Resume("a", 0) in d.coop
+
+
+def test_ccs_keeps_the_swapping_task_while_parallel_memory_fits_the_pool():
+    # Swapping with the parallel processes within M_D: the local users' memory is the excess, nothing
+    # is stopped (the paper stops a parallel task only when parallel tasks exceed M_D).
+    pol = _ccs(memory=90.0, smallest=128.0)  # M_D 64 MB
+    _add(pol, B0)  # 40 MB
+    d = _add(pol, U, local=True)  # 75 MB of 90: fits
+    d = pol.on_event(0.0, ProcAdded(Proc("user2", 0), _spec("user2", 40.0), local=True))  # 115 > 90
+    assert d.run is None or B0 in d.run
+    assert pol.swapping is None
+
+
+def test_ccs_rule_3_a_job_named_by_stop_is_the_swapping_task_when_memory_runs_out():
+    from testbed.schedulers.ccs import Stop
+
+    pol = _ccs()
+    _add(pol, A0)
+    _add(pol, B0)
+    pol.on_event(0.0, CoopReceived(5, Stop("b", 5)))  # b (40 MB, not the largest) is stopped elsewhere
+    d = _add(pol, U, local=True)
+    assert pol.swapping == "b" and A0 in d.run and B0 not in d.run
+
+
+def test_ccs_rule_1_a_job_named_by_stop_does_not_run_beside_another_until_resume():
+    from testbed.schedulers.ccs import Resume, Stop
+
+    # Quantum zero is CFS's lowest weight (nice 19), not a stop: its memory stays resident (rule 3).
+    pol = _ccs(memory=1000.0)  # memory to spare: only rule 1 acts
+    _add(pol, A0)
+    _add(pol, B0)
+    d = pol.on_event(0.0, CoopReceived(5, Stop("a", 5)))
+    assert d.run == {A0, B0} and d.nice == {A0: 19}
+    pol.on_event(0.0, MessageArrived(A0, 1, 3))
+    assert pol.applied[A0] == 19  # no message boosts it back
+    pol.on_event(0.0, CoopReceived(5, Resume("a", 5)))
+    assert pol.applied[A0] < 0  # as DYNAMIC again: its queued messages boost it
+    pol.on_event(0.0, MessageConsumed(A0, 0))
+    assert pol.applied[A0] == pol.applied[B0] == 0
+    alone = _ccs(memory=1000.0)
+    _add(alone, A0)
+    alone.on_event(0.0, CoopReceived(5, Stop("a", 5)))
+    assert alone.applied[A0] == 0  # alone, its CPU would only idle
+
+
+def test_ccs_rule_4_a_swapping_node_takes_the_stopped_job_of_another_node_instead_of_its_own():
+    from testbed.schedulers.ccs import Resume, Stop
+
+    pol = _ccs()
+    big, small = Proc("b", 0), Proc("a", 0)  # b is this node's swapping task (60 MB), a (40) runs
+    MB.update(a=40.0, b=60.0)
+    try:
+        _add(pol, small)
+        _add(pol, big)
+        _add(pol, U, local=True)
+        assert pol.swapping == "b"
+        d = pol.on_event(0.0, CoopReceived(5, Stop("a", 5)))  # "a" < "b": it takes b's place
+        assert pol.swapping == "a"
+        assert Resume("b", 0) in d.coop and Stop("a", 0) in d.coop
+        assert big in d.run and small not in d.run
+        # A STOP for a job after the own swapping task in id order changes nothing (no ping-pong).
+        d = pol.on_event(0.0, CoopReceived(6, Stop("b", 6)))
+        assert pol.swapping == "a" and d.coop == ()
+        d = pol.on_event(0.0, CoopReceived(5, Resume("a", 5)))  # rule 5: a runs, b is picked
+        assert pol.swapping == "b" and Resume("a", 0) in d.coop and Stop("b", 0) in d.coop
+    finally:
+        MB.update(a=60.0, b=40.0)
+
+
+def test_ccs_rule_5_resume_for_the_swapping_task_lets_it_run_and_picks_another():
+    from testbed.schedulers.ccs import Resume, Stop
+
+    pol = _ccs()
+    _add(pol, A0)  # 60
+    _add(pol, B0)  # 40
+    _add(pol, U, local=True)
+    assert pol.swapping == "a"
+    d = pol.on_event(0.0, CoopReceived(5, Resume("a", 5)))
+    assert pol.swapping == "b"
+    assert Resume("a", 0) in d.coop and Stop("b", 0) in d.coop
+    assert A0 in d.run and B0 not in d.run
+
+
+def test_ccs_without_memory_figures_never_stops_anything():
+    pol = CcsLocal(0, CcsParams())  # info and cluster unknown
+    _add(pol, A0)
+    _add(pol, B0)
+    d = _add(pol, U, local=True)
+    assert d.run == {A0, B0, U} and pol.swapping is None
+
+
+def test_the_memory_pool_holds_processes_sharing_a_node_to_m_d():
+    # LocalParams.memory_pool (Wrk2's "two jobs must fit in M_D"): a second process joins a node only
+    # if the two fit in M_D = memory_pool x the smallest node's memory; one alone needs its node's.
+    from testbed.schedulers.base import JobSpec, NodeInfo, Start
+    from testbed.schedulers.ccs import Ccs
+
+    info = [NodeInfo(0.43, 128.0)] * 2 + [NodeInfo(1.0, 256.0)] * 2
+    gp = Ccs.make_global(4, {"mpl": 2, "memory_pool": 0.5, "share_l": 0.5}, 0, info)
+    big = gp.submit(0.0, JobSpec("big", 4, 0.0, memory_mb=100.0))  # > M_D, alone: starts
+    assert big == [Start("big", (0, 1, 2, 3))]
+    assert gp.submit(0.0, JobSpec("small", 4, 0.0, memory_mb=1.0)) == []  # 101 > 64: waits
+    assert gp.finished(1.0, "big") == [Start("small", (0, 1, 2, 3))]
+    assert gp.submit(1.0, JobSpec("fits", 4, 0.0, memory_mb=63.0)) == [Start("fits", (0, 1, 2, 3))]
+    assert gp.submit(1.0, JobSpec("over", 4, 0.0, memory_mb=1.0)) == []  # mpl 2 reached anyway
+    without = Ccs.make_global(4, {"mpl": 2, "share_l": 0.5}, 0, info)
+    without.submit(0.0, JobSpec("big", 4, 0.0, memory_mb=100.0))
+    assert without.submit(0.0, JobSpec("small", 4, 0.0, memory_mb=1.0)) == [Start("small", (0, 1, 2, 3))]

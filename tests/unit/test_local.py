@@ -29,7 +29,7 @@ def policy(nodes: int, seed: int = 0, **params):
 def test_registered():
     assert registry.get("local") is Local
     assert Local.local_policy is RunAll
-    assert Local.defaults == {"memory_aware": True, "mpl": 3, "packing": True}
+    assert Local.defaults == {"memory_aware": True, "memory_pool": None, "mpl": 3, "packing": True}
 
 
 @pytest.mark.parametrize("mpl", [0, -1, 1.5, "3", True])

@@ -58,6 +58,7 @@ NEEDS = {
     # paper 004's DYNAMIC and CCS
     "boost_per_message": "a whole number in 0..39",
     "share_l": "a fraction > 0 and < 1",
+    "memory_pool": "a fraction > 0 and <= 1 or null",
 }
 MPL_NEEDS = {
     "gang": "a whole number of matrix rows in 1..256",
@@ -82,6 +83,7 @@ BAD = {
     "'queue' or 'walk'": ["backfill", 1],
     "a whole number in 0..39": [-1, 40, 1.5, "5", True],
     "a fraction > 0 and < 1": [0, 1, 1.5, -0.1, "0.5", True, float("nan")],
+    "a fraction > 0 and <= 1 or null": [0, 1.5, -0.1, "0.5", True, float("nan")],
 }
 
 
@@ -90,6 +92,8 @@ def _needs(sched: str, name: str) -> str:
 
 
 def _shown(v) -> str:
+    if v is None:
+        return "null"
     return str(v).lower() if isinstance(v, bool) else repr(v)
 
 
@@ -213,6 +217,7 @@ GOOD = {
     "admission_test": "walk",
     "boost_per_message": 0,
     "share_l": 0.2,
+    "memory_pool": 0.5,
 }
 
 
