@@ -279,6 +279,9 @@ def _report_runs(scn, dest: Path, summaries: list[dict]) -> None:
         rate = results.rate_warning(s)
         if rate:
             err.print(f"[yellow]warning:[/yellow] {rate}")
+        paged = results.paging_warning(s)
+        if paged:
+            err.print(f"[yellow]warning:[/yellow] {paged}")
     out.print(f"results: {dest}")
     _exit_on([results.unplanned_line(b) for s in summaries for b in s.get("jobs_not_as_planned") or ()])
 

@@ -26,7 +26,7 @@ from typing import Any
 from testbed.apps.environ import NodeEnv, leftover_marks
 from testbed.apps.probe import command as probe_command
 from testbed.apps.wire import MAX_FRAME_BODY
-from testbed.core import coop
+from testbed.core import coop, paging
 from testbed.core import events as ev
 from testbed.core.clock import Clock
 from testbed.core.messages import NodeError, ProcExit, QuantumUsage
@@ -138,6 +138,7 @@ class _ProcState:
     t_at_switch: float = 0.0
     log: str = ""
     attempt: int = 1  # which start of its job (a requeued job starts again)
+    memory_mb: float = 0.0  # its job's declared memory per process (really allocated by the worker)
 
 
 def _stderr_tail(path: str, limit: int = 400) -> str:
@@ -182,6 +183,7 @@ class NodeAgent:
         self.down: str | None = None  # why the node is down (a scripted fault), or None
         self.closed = False
         self._wakeup = None
+        self._paging = 1.0  # the paging model's factor for this node, as last logged (_watch_memory)
         self._sampler = None
         self._control0: tuple[float, float] | None = None
         self._init_observers()
@@ -447,8 +449,9 @@ class NodeAgent:
             self._on_exit(proc, killed=f"replaced by start {attempt} of its job")
         now = self.clock.now()
         st = _ProcState(
-            proc, worker, running=True, t_at_sample=now, t_at_switch=now, log=log, attempt=attempt
-        )
+            proc, worker, running=True, t_at_sample=now, t_at_switch=now, log=log, attempt=attempt,
+            memory_mb=spec.memory_mb if spec is not None else 0.0,
+        )  # fmt: skip
         self.procs[proc] = st
         self.lt.loop.add_reader(worker.exit_fd, self._on_exit, proc)
         self.events.emit(
@@ -548,11 +551,28 @@ class NodeAgent:
                 st.worker.set_nice(nice)
                 st.nice = nice
         self._place_weighted()
+        self._watch_memory()
         if decision.wakeup is not None:
             if self._wakeup is not None:
                 self._wakeup.cancel()
             self._wakeup = self.lt.loop.call_at(self.clock.real_at(decision.wakeup), self._on_wakeup)
         return effect
+
+    def _watch_memory(self) -> None:
+        """Logs where the paging model (testbed/core/paging.py) would slow this node: its running processes'
+        declared memory (which the workers really allocate and touch) over the node's. Logged, not
+        emulated: this host has no swap, and a memory limit on the envelope would have the kernel kill a
+        process rather than page (docs/policies.md, "Paging, modelled")."""
+        if self.cfg.memory_mb is None:
+            return
+        demand = sum(st.memory_mb for st in self.procs.values() if st.running)
+        f = paging.factor(demand, self.cfg.memory_mb)
+        if f != self._paging:
+            self._paging = f
+            self.events.emit(
+                ev.NODE_PAGING, node=self.node, demand_mb=demand, memory_mb=self.cfg.memory_mb, factor=f,
+                emulated=False,
+            )  # fmt: skip
 
     def _place_weighted(self) -> None:
         """Nice values are CFS weights, which act only among tasks on one run-queue: while the policy

@@ -205,6 +205,9 @@ def run_warnings(s: dict) -> list[tuple[str, bool]]:
     rate = results.rate_warning(s)
     if rate:
         out.append((rate[0].upper() + rate[1:] + ".", True))
+    paged = results.paging_warning(s)
+    if paged:
+        out.append((paged[0].upper() + paged[1:] + ".", True))
     if not s.get("cpu_rate_fixed", True) or s.get("envelope") == "none":
         out.append(
             (

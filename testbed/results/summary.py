@@ -177,6 +177,9 @@ class Tally:
         self.nodes_of: dict[str, tuple[int, ...]] = {}  # job -> the nodes of its (last) start
         self.local: set[str] = set()  # local users' sessions (job_submitted's owner_node)
         self.session: dict[str, dict[str, float]] = defaultdict(dict)  # session -> its running totals
+        #: node -> [its latest paging factor, since when]; and the node-seconds spent under 1 so far
+        self.paging: dict[int, list[float]] = {}
+        self.paging_s = 0.0
 
     def add(self, e: dict) -> None:
         kind = e["kind"]
@@ -216,6 +219,11 @@ class Tally:
             self.rate_err = err if self.rate_err is None else max(self.rate_err, err)
         elif kind == ev.RATE_WINDOW:
             self._rate_window(e, t)
+        elif kind == ev.NODE_PAGING:
+            was = self.paging.get(e["node"])
+            if was is not None and was[0] < 1:
+                self.paging_s += t - was[1]
+            self.paging[e["node"]] = [e["factor"], t]
         elif kind == ev.PROGRESS:
             self._progress(e, t)
         elif e.get("job") not in self.jobs:
@@ -501,8 +509,29 @@ def summarize(events: Iterable[dict] | Tally, facts: RunFacts, dedicated: Dedica
     if spread is not None:
         out["finish_spread_s"] = spread
     out.update(rate_watch(t))
+    if t.paging:
+        # Node-seconds over memory: closed at the run's last event where a node still pages.
+        open_s = sum(t.last_t - since for f, since in t.paging.values() if f < 1)
+        out[PAGING_NODE_S] = t.paging_s + open_s
     out.update(t.progress_rates())
     return out
+
+
+#: summary.json: node-seconds during which some node's running processes needed more memory than it has
+#: (node_paging events; testbed/core/paging.py), in either backend; only where some node did.
+PAGING_NODE_S = "paging_node_s"
+
+
+def paging_warning(s: dict) -> str | None:
+    """One line for a real run whose nodes needed more memory than they have: the simulator slows such a
+    node (the paging model), real processes cannot page on this host and ran at full speed."""
+    if s.get("backend") == "sim" or not s.get(PAGING_NODE_S):
+        return None
+    return (
+        f"nodes needed more memory than they have for {s[PAGING_NODE_S]:.1f} node-s; paging is not emulated "
+        "on real processes (the host has no swap, and a cgroup memory limit would kill rather than page), so "
+        "they ran at full speed where the simulator's paging model slows them: compare with --backend sim"
+    )
 
 
 #: summary.json: the worst window of the rate watch over all nodes, and each node's worst window.

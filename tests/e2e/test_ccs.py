@@ -115,3 +115,76 @@ def test_a_rank_that_waits_often_gets_its_weight_on_real_processes_as_in_the_sim
     slowdown = {b: float(_run(path, tmp_path / b, b)[0]["user"]["local_slowdown"]) for b in ("sim", "ray")}
     print(f"session slowdown under CCS beside a barrier job, L = {L}: {slowdown}")
     assert slowdown["ray"] == pytest.approx(slowdown["sim"], rel=TOLERANCE)
+
+
+#: Memory (rules 3-5): two 100 MB nodes, M_D = 100 x 0.5 = 50 MB. The parallel job's processes hold 60 MB
+#: each and a session of 50 MB arrives on node 0 at 0.5 s: node 0 swaps (110 > 100) with its parallel
+#: process over M_D, so CCS stops it (STOP to node 1) and lets it run again when the session ends
+#: (RESUME). Every figure is really allocated and touched by the workers.
+MEMORY = {
+    "name": "ccs-memory",
+    "cluster": {"nodes": 2, "memory_mb": 100},
+    "clock": {"tdf": 2},
+    "scheduler": {"name": "ccs", "params": {"share_l": 0.5}},
+    "workload": {
+        "jobs": [
+            {
+                "id": "par",
+                "size": 2,
+                "memory_mb": 60,
+                "app": {"kind": "synthetic", "iterations": 30, "gcomp": 40, "barrier": False},
+            },
+            {
+                "id": "user",
+                "size": 1,
+                "submit_s": 0.5,
+                "app": {"kind": "localuser", "profile": "xwin", "memory_mb": 50, "session_s": 1.0, "node": 0},
+            },
+        ]
+    },
+}
+
+
+@pytest.mark.extended  # 40 s: both backends, real workers holding their memory
+def test_ccs_stops_its_swapping_task_on_real_processes_as_in_the_simulator(tmp_path):
+    path = tmp_path / "mem.yaml"
+    path.write_text(yaml.safe_dump(MEMORY))
+    coop, stopped = {}, {}
+    for backend in ("sim", "ray"):
+        rows, events = _run(path, tmp_path / backend, backend)
+        assert rows["par"]["final_state"] == rows["user"]["final_state"] == "COMPLETED_SUCCESSFULLY", rows
+        coop[backend] = [(e["kind"], e["node"], e["event"]) for e in events if e["kind"].startswith("coop_")]
+        # Stopped, the swapping task's memory is out: no node needs more than it has at any time.
+        assert not [e for e in events if e["kind"] == "node_paging" and e["factor"] < 1], backend
+        stopped[backend] = float(rows["par"]["execution_time"])
+    expected = [("coop_sent", 0, "Local"), ("coop_sent", 0, "Stop")]
+    expected += [("coop_received", 1, "Local"), ("coop_received", 1, "Stop")]
+    expected += [("coop_sent", 0, "NoLocal"), ("coop_sent", 0, "Resume")]
+    expected += [("coop_received", 1, "NoLocal"), ("coop_received", 1, "Resume")]
+    assert sorted(coop["sim"]) == sorted(expected) and sorted(coop["ray"]) == sorted(expected)
+    # The job waited out the session on both backends: 1.2 s of CPU a rank, plus about the session's 1 s.
+    assert stopped["sim"] > 2.0 and stopped["ray"] > 2.0, stopped
+
+
+@pytest.mark.extended  # 30 s on real processes
+def test_a_real_node_over_its_memory_is_logged_and_warned_about_not_paged(tmp_path):
+    # Under local scheduling nothing is stopped: node 0 needs 110 MB of its 100 while the session runs.
+    # The simulator slows it (the paging model); real processes cannot page here, and the run says so.
+    doc = copy.deepcopy(MEMORY)
+    doc["scheduler"] = {"name": "local", "params": {"mpl": 2}}
+    path = tmp_path / "mem.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "ray"
+    p = subprocess.run(
+        [sys.executable, "-m", "testbed.cli", "run", str(path), "--out", str(out), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "paging is not emulated on real processes" in p.stderr
+    with open(out / "events.jsonl") as fh:
+        paged = [json.loads(line) for line in fh if '"node_paging"' in line]
+    assert [(e["node"], e["demand_mb"], e["emulated"]) for e in paged[:1]] == [(0, 110.0, False)]
+    summary = json.loads((out / "summary.json").read_text())
+    assert 0.5 < summary["paging_node_s"] < 3.0
