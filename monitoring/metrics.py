@@ -294,6 +294,21 @@ class CoordinatorMetrics:
         ).labels("global", scheduler)
         self.tdf = Gauge("testbed_time_dilation_factor", "Real seconds per emulated second", registry=r)
         self.tdf.set(tdf)
+        self._parallel: Gauge | None = None
+
+    def set_parallel_slowdown(self, job_class: str | None, slowdown: float) -> None:
+        """A parallel job that completed in a run with local users, its slowdown against its run alone on a
+        dedicated cluster (paper 004; testbed/results/dedicated.py): made on first use, so a run without
+        local users exports no such series."""
+        if self._parallel is None:
+            self._parallel = Gauge(
+                "testbed_parallel_slowdown_ratio",
+                "A completed parallel job's execution time over its run alone on a dedicated cluster at the "
+                "rates of its nodes (simulated; the latest job of the class to complete)",
+                ["job_class", "scheduler"],
+                registry=self.registry,
+            )
+        self._parallel.labels(_job_class(job_class), self.scheduler).set(slowdown)
 
     def set_jobs(self, counts: dict[tuple[str, str], int]) -> None:
         """``counts[(state, job_class)]``; states outside :data:`JOB_STATES` (not yet arrived) are skipped,

@@ -164,6 +164,7 @@ class CoordinatorMetricsObserver(_Served):
         mon: dict,
         job_counts: Callable[[], dict[tuple[str, str], int]],
         down: Callable[[], Iterable[int]],
+        dedicated: Callable[[str, tuple[int, ...]], float | None] | None = None,
     ) -> None:
         classes = set(job_classes.values()) | set(mon.get("job_classes", ()))
         self.metrics = CoordinatorMetrics(scheduler, tdf, classes)
@@ -173,6 +174,17 @@ class CoordinatorMetricsObserver(_Served):
         self._skew = SwitchSkew()
         self._skew_timeout = max(5.0, 3 * self.period_s)
         self._decisions: list[float] = []
+        # The parallel slowdown (runs with local users): a job's start (t, nodes) until it completes, then
+        # its reference alone (``dedicated``, a simulation of tens of ms per new job shape) on a thread of
+        # its own, off the coordinator's loop.
+        self._dedicated = dedicated
+        self._started: dict[str, tuple[float, tuple[int, ...]]] = {}
+        self._sessions: set[str] = set()
+        self._pool = None
+        if dedicated is not None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="dedicated")
 
     def event(self, rec: dict) -> None:
         kind = rec["kind"]
@@ -180,6 +192,25 @@ class CoordinatorMetricsObserver(_Served):
             self.metrics.admission("admitted", self._classes.get(rec["job"]))
         elif kind == ev.JOB_REJECTED:
             self.metrics.admission("rejected", self._classes.get(rec["job"]))
+        elif self._pool is None:
+            return
+        elif kind == ev.JOB_SUBMITTED and rec.get("owner_node") is not None:
+            self._sessions.add(rec["job"])  # a local user's: no parallel slowdown
+        elif kind == ev.JOB_STARTED and rec["job"] not in self._sessions:
+            self._started[rec["job"]] = (rec["t"], tuple(rec.get("nodes", ())))
+        elif kind == ev.JOB_FINISHED and rec["job"] in self._started:
+            t0, nodes = self._started.pop(rec["job"])
+            self._pool.submit(self._slowdown, rec["job"], nodes, rec["t"] - t0)
+
+    def _slowdown(self, job: str, nodes: tuple[int, ...], elapsed: float) -> None:
+        ref = self._dedicated(job, nodes)
+        if ref:
+            self.metrics.set_parallel_slowdown(self._classes.get(job), elapsed / ref)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        super().close()
 
     def decided(self, seconds: float) -> None:
         self._decisions.append(seconds)

@@ -370,6 +370,10 @@ class RayBackend:
             Coord = Coord.options(scheduling_strategy=NodeAffinitySchedulingStrategy(here_node, soft=False))
         # After the probe, not during it: the coordinator's process start (about a second of CPU) would
         # come out of the nodes while they are measured.
+        from testbed.results.dedicated import Dedicated
+
+        # The parallel slowdown's gauge, where results have it: runs with local users.
+        sessions = any(j.spec.owner_node is not None for j in self.jobs)
         self.coordinator = Coord.remote(
             str(self.run_dir),
             c.nodes,
@@ -386,6 +390,7 @@ class RayBackend:
             node_info=c.node_info(),
             faults=scn.faults.faults(),
             on_node_down=scn.faults.on_node_down,
+            dedicated=Dedicated(scn, self.jobs) if mon and sessions else None,
         )
         if mon:
             coord_sd = ray.get(self.coordinator.metrics_address.remote())

@@ -17,6 +17,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from testbed.apps.environ import start_env
 from testbed.apps.worker import EXIT_PEER_GONE
@@ -32,6 +33,9 @@ from testbed.emulator.loop import LoopThread
 from testbed.emulator.mechanism.priority import raise_process_nice, raise_thread_priority
 from testbed.schedulers import registry
 from testbed.schedulers.base import Dispatch, NodeInfo
+
+if TYPE_CHECKING:
+    from testbed.results.dedicated import Dedicated
 
 #: How long a rank's failure caused by a vanished peer waits for the failure that caused it (real s).
 SUSPECT_GRACE_REAL_S = 2.0
@@ -65,8 +69,11 @@ class Coordinator:
         node_info: Sequence[NodeInfo] | None = None,
         faults: Sequence[Fault] = (),
         on_node_down: OnNodeDown = OnNodeDown.FAIL,
+        dedicated: Dedicated | None = None,
     ) -> None:
         self.nodes = nodes
+        #: The jobs' dedicated run times (runs with local users), for the parallel slowdown's gauge.
+        self.dedicated = dedicated
         self.sched_name = scheduler
         self.policy = registry.get(scheduler).make_global(nodes, params, seed, node_info)
         self.handles = list(handles)
@@ -349,6 +356,7 @@ class Coordinator:
             obs = CoordinatorMetricsObserver(
                 self.sched_name, self.tdf, {j.job_id: j.spec.job_class for j in jobs}, mon,
                 job_counts=self._job_counts, down=lambda: self.core.down,
+                dedicated=self.dedicated.time if self.dedicated is not None else None,
             )  # fmt: skip
             self._metrics_address = obs.address
             self.observers.append(obs)

@@ -270,6 +270,54 @@ def test_a_local_users_session_slowdown_is_a_gauge_of_its_node(tmp_path):
         log.close()
 
 
+def test_a_completed_parallel_jobs_slowdown_against_its_dedicated_run_is_a_gauge(tmp_path):
+    """Paper 004's parallel slowdown live (runs with local users): a job that completes sets its class's
+    gauge to its execution time over its reference alone on its nodes (results' figure); a session, a job
+    not completed, or a run without the reference sets none."""
+    import time
+
+    from testbed.monitoring.observers import CoordinatorMetricsObserver
+
+    from testbed.core import events as ev
+
+    asked = []
+
+    def dedicated(job, nodes):
+        asked.append((job, nodes))
+        return 2.0
+
+    classes = {"a": "IS.A", "b": "IS.A", "u": "cpu-user"}
+    obs = CoordinatorMetricsObserver(
+        "ccs", 2.0, classes, {"port": 0}, job_counts=dict, down=tuple, dedicated=dedicated
+    )
+    log = ev.EventWriter(tmp_path / "coordinator.jsonl", "coordinator")
+    log.subscribe(obs.event)
+    name = "testbed_parallel_slowdown_ratio"
+    try:
+        log.emit(ev.JOB_SUBMITTED, t=0.0, job="u", size=1, owner_node=0)
+        for job in ("u", "a", "b"):
+            log.emit(ev.JOB_STARTED, t=1.0, job=job, nodes=[0, 1] if job != "u" else [0])
+        log.emit(ev.JOB_FINISHED, t=3.0, job="u")
+        log.emit(ev.JOB_KILLED, t=3.5, job="b", reason="scenario duration reached")
+        log.emit(ev.JOB_FINISHED, t=6.0, job="a")
+        for _ in range(200):  # computed off the loop: wait for it
+            if _v(obs.metrics, name, job_class="IS.A", scheduler="ccs") is not None:
+                break
+            time.sleep(0.01)
+        assert _v(obs.metrics, name, job_class="IS.A", scheduler="ccs") == pytest.approx(2.5)  # 5 s / 2 s
+        assert asked == [("a", (0, 1))]
+        assert _v(obs.metrics, name, job_class="cpu-user", scheduler="ccs") is None
+    finally:
+        obs.close()
+        log.close()
+    plain = CoordinatorMetricsObserver("ccs", 2.0, classes, {"port": 0}, job_counts=dict, down=tuple)
+    try:
+        plain.event({"kind": ev.JOB_FINISHED, "t": 1.0, "job": "a"})
+        assert b"testbed_parallel_slowdown_ratio" not in generate_latest(plain.metrics.registry)
+    finally:
+        plain.close()
+
+
 def test_an_exporter_bound_beyond_loopback_logs_a_warning(monkeypatch, caplog):
     import logging
 
