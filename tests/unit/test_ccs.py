@@ -225,3 +225,51 @@ def test_the_memory_pool_holds_processes_sharing_a_node_to_m_d():
     without = Ccs.make_global(4, {"mpl": 2, "share_l": 0.5}, 0, info)
     without.submit(0.0, JobSpec("big", 4, 0.0, memory_mb=100.0))
     assert without.submit(0.0, JobSpec("small", 4, 0.0, memory_mb=1.0)) == [Start("small", (0, 1, 2, 3))]
+
+
+def test_ccs_rule_5_waits_until_no_other_node_stops_the_job():
+    # While another node still stops the job, it is held there anyway: switching here would only start
+    # the two jobs trading places across the nodes (seen in Wrk3 before this rule's guard).
+    from testbed.schedulers.ccs import Resume, Stop
+
+    pol = _ccs()
+    _add(pol, A0)
+    _add(pol, B0)
+    pol.on_event(0.0, CoopReceived(5, Stop("a", 5)))
+    pol.on_event(0.0, CoopReceived(6, Stop("a", 6)))
+    _add(pol, U, local=True)
+    assert pol.swapping == "a"
+    d = pol.on_event(0.0, CoopReceived(5, Resume("a", 5)))
+    assert pol.swapping == "a" and d.coop == ()  # node 6 still stops it
+    d = pol.on_event(0.0, CoopReceived(6, Resume("a", 6)))
+    assert pol.swapping == "b" and Resume("a", 0) in d.coop and Stop("b", 0) in d.coop
+
+
+def test_ccs_nodes_that_share_two_jobs_and_all_swap_settle_on_one_stopped_job():
+    # Eight nodes each running a process of "a" and of "b", all over memory (rule 4's and rule 5's
+    # ground): events delivered one round at a time until none is sent; the count of rounds is bounded.
+    from testbed.schedulers.ccs import Resume, Stop
+
+    nodes = [_ccs(node=n) for n in range(8)]
+    inbox: list[tuple[int, object]] = []
+    for n, pol in enumerate(nodes):
+        for proc in (Proc("a", n), Proc("b", n), Proc("user", n)):
+            d = pol.on_event(
+                0.0, ProcAdded(proc, _spec(proc.job_id, MB[proc.job_id]), local=proc.job_id == "user")
+            )
+            inbox += [(n, e) for e in d.coop]
+    # Node 0's user leaves: it fits again, resumes its swapping task, and the others hear of it.
+    d = nodes[0].on_event(1.0, ProcExited(Proc("user", 0)))
+    inbox += [(0, e) for e in d.coop]
+    for _ in range(50):
+        if not inbox:
+            break
+        batch, inbox = inbox, []
+        for src, e in batch:
+            if isinstance(e, Stop | Resume | Local | NoLocal):
+                for n, pol in enumerate(nodes):
+                    if n != src:
+                        inbox += [(n, x) for x in pol.on_event(1.0, CoopReceived(src, e)).coop]
+    assert not inbox  # settled
+    stopped = {pol.swapping for pol in nodes[1:]}
+    assert len(stopped) == 1 and stopped != {None}, stopped  # one job stopped on every swapping node
