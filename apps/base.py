@@ -171,6 +171,21 @@ TAG_BARRIER = -2
 
 
 @dataclass(frozen=True)
+class Lockstep:
+    """A model the simulator may run as one piece (:meth:`ProgramKind.lockstep`): every rank computes
+    ``work`` CPU-seconds (at rate 1.0) ``steps`` times; with ``barrier`` (and more than one rank) each
+    compute is followed by a barrier through rank 0 (each other rank sends rank 0 an empty message and
+    waits for its empty reply; rank 0 replies once it has heard from all); each rank reports Progress of
+    ``unit`` (None: none), the steps done, after every ``every``-th step and after its last."""
+
+    steps: int
+    work: float
+    barrier: bool
+    unit: str | None
+    every: int = 1
+
+
+@dataclass(frozen=True)
 class SimContext:
     """What a simulator model may know about its process: its place in the job, and the emulated time
     (``now()``) when it is asked for its next operation."""
@@ -309,6 +324,14 @@ class ProgramKind:
         """The CPU work (seconds at rate 1.0) of each rank when the model is nothing but compute, the same
         on every rank (no message, sleep, collective or progress: nothing the simulator must see between
         the start and the end); None otherwise. The simulator then runs the job as one piece
+        (docs/architecture.md, "The simulator's job-level fast path")."""
+        return None
+
+    @classmethod
+    def lockstep(cls, cfg: AppConfig, size: int) -> Lockstep | None:
+        """The model of ``size`` ranks as a :class:`Lockstep` when it is exactly one (the same operations,
+        in the same order, as the generator yields), or None. The simulator then runs the job as one piece
+        whose ranks' states follow from two (rank 0 and any other), advanced between its state changes
         (docs/architecture.md, "The simulator's job-level fast path")."""
         return None
 

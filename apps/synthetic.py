@@ -30,6 +30,7 @@ from testbed.apps.base import (
     WORK_UNIT_S,
     Collective,
     Compute,
+    Lockstep,
     MessagingConfig,
     Op,
     ProgramKind,
@@ -43,6 +44,14 @@ from testbed.apps.base import (
 
 #: The I/O file wraps around at this size: the writes stay real, the disk use stays bounded.
 IO_FILE_CAP = 16 * 1024 * 1024
+
+#: Steps of less CPU (seconds at rate 1) keep a job rank by rank in the simulator: there a step of at most
+#: its EPS counts as done without CPU, which one piece would not reproduce (the margin up to 1 us is ours).
+TINY_STEP_S = 1e-6
+
+#: The simulated model reports its progress every this many iterations (and after the last): the real
+#: worker reports each, but the simulator's log need not be that long.
+PROGRESS_EVERY = 10
 
 #: Per-iteration communication patterns (paper 000's best-effort process).
 PATTERNS = ("barrier", "ring", "neighbour", "alltoall", "rank0")
@@ -159,11 +168,20 @@ class Synthetic(ProgramKind):
         if cfg.barrier or cfg.gio:
             return None
         step = cfg.gcomp * WORK_UNIT_S
-        if step < 1e-6:
-            # Rank by rank a step of at most the simulator's EPS counts as done without CPU: keep such
-            # tiny steps there rather than sum them.
+        if step < TINY_STEP_S:
             return None
         return cfg.iterations * step
+
+    @classmethod
+    def lockstep(cls, cfg: SyntheticConfig, size: int) -> Lockstep | None:
+        """A barrier after each compute and no writes (a trace job's steps) is a lockstep model; the
+        point-to-point patterns are not."""
+        if not cfg.barrier or cfg.gio or cfg.pattern != "barrier":
+            return None
+        step = cfg.gcomp * WORK_UNIT_S
+        if step < TINY_STEP_S:
+            return None
+        return Lockstep(cfg.iterations, step, size > 1, "barriers", PROGRESS_EVERY)
 
     @classmethod
     def ideal_runtime(cls, cfg: SyntheticConfig, cpu_rate: float = 1.0) -> float:
@@ -293,9 +311,9 @@ class Synthetic(ProgramKind):
                     yield Recv(size - 1, TAG_BARRIER)
                     yield Send(tuple(range(1, size)), 0, TAG_BARRIER)
                 yield Collective("barrier", False)
-            # Every 10th and the last, like the real worker's reports but fewer.
+            # Every PROGRESS_EVERY-th and the last, like the real worker's reports but fewer.
             done = i + 1
-            if unit is not None and (done % 10 == 0 or done == cfg.iterations):
+            if unit is not None and (done % PROGRESS_EVERY == 0 or done == cfg.iterations):
                 yield Progress(unit, done)
 
 

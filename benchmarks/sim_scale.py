@@ -7,7 +7,8 @@ with that child's own peak resident memory (wait4). The parts (``--only``, comma
 
 - ``easy``: scenarios/trace-nasa.yaml as shipped, 10,000 jobs on 1,000 nodes, batch with EASY
   backfilling; ``gang``: strict gang scheduling, MPL 3, 10-minute quanta; ``fcfs``: batch without
-  backfilling. Their jobs have a barrier every 10 emulated minutes, so they run rank by rank;
+  backfilling. Their jobs have a barrier every 10 emulated minutes: one piece each under batch (two
+  lanes, docs/architecture.md, "The simulator's job-level fast path"), rank by rank under gang;
 - ``easy-1p``, ``gang-1p``: the same with each trace job one compute phase
   (``workload.trace.app.barrier=false``), the jobs the simulator runs as one piece each
   (docs/architecture.md, "The simulator's job-level fast path");

@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed.apps.base import Collective, Compute, Progress, Recv, Send, SimContext, Sleep
+from testbed.apps.base import Collective, Compute, Lockstep, Progress, Recv, Send, SimContext, Sleep
 from testbed.core import coop, paging
 from testbed.core import events as ev
 from testbed.core.backend import ALL_JOBS_ENDED, INTERRUPTED, Hooks, Outcome, wall_limit_reached
@@ -101,6 +101,9 @@ _SUBMIT, _COMPLETE, _IO_DONE, _MSG, _SPIN_END, _TICK, _SLOT, _TIMER, _ACK, _ACK_
 )
 _FLUID_END = 12  # a job on the job-level fast path ends (:class:`_Fluid`)
 _PERIODIC = (_TICK, _SLOT, _TIMER)
+#: Changes of a job on the fast path looked ahead at most from one of its heap events to the next: a long
+#: job with no Progress costs one event per this many, not a look-ahead over all its steps at every start.
+PROJECTION_STEPS = 64
 
 
 class _FastPath(enum.Enum):
@@ -196,32 +199,175 @@ class _Process:
         return self.allowed and (type(self.op) is Compute or self.spinning or self.ack_spin)
 
 
+class _Lane:
+    """Rank 0 of a job on the job-level fast path, or every other rank of it at once (they do the same
+    things at the same times): where it is in its steps."""
+
+    __slots__ = ("step", "work", "due", "inbox", "since", "cpu", "end", "said", "due_set", "sent")
+
+    def __init__(self, work: float, now: float) -> None:
+        self.step = 1  # the step in progress, 1..steps
+        self.work: float | None = work  # CPU work left in the step's compute (rate 1); None: in the barrier
+        self.due = math.inf  # when the compute ends, while it runs
+        self.inbox: float | None = None  # when the message its barrier waits for arrives; None: not sent
+        self.since = now  # the time up to which ``cpu`` is accounted
+        self.cpu = 0.0  # emulated seconds it has held its CPU
+        self.end: float | None = None  # when it exited
+        self.said = 0  # the Progress it reported last (steps done)
+        # When ``due`` was set and when the message in ``inbox`` was sent: rank by rank, when the heap
+        # event of each was pushed, which orders it against a switch at the same instant.
+        self.due_set = now
+        self.sent = now
+
+    def copy(self) -> _Lane:
+        c = _Lane.__new__(_Lane)
+        c.step, c.work, c.due, c.inbox = self.step, self.work, self.due, self.inbox
+        c.since, c.cpu, c.end, c.said = self.since, self.cpu, self.end, self.said
+        c.due_set, c.sent = self.due_set, self.sent
+        return c
+
+
+def _lane_next(lane: _Lane) -> float:
+    """When ``lane``, running, next changes: its compute ends, or it takes its barrier's message."""
+    if lane.end is not None:
+        return math.inf
+    if lane.work is not None:
+        return lane.due
+    return math.inf if lane.inbox is None else max(lane.inbox, lane.since)
+
+
 class _Fluid:
     """A job on the job-level fast path (docs/architecture.md, "The simulator's job-level fast path"): its
-    program is compute only, the same on every rank (``ProgramKind.compute_only``), and each of its ranks
-    is alone on its node's CPU whenever it runs, every node of the job at the same rate. Its ranks then
-    move in lockstep, so the job is one piece: its work left is advanced analytically between its state
-    changes (start, stop and continue under gang, end), each one heap event at most, none per rank."""
+    model is a :class:`~testbed.apps.base.Lockstep` (``ProgramKind.lockstep``), or one compute phase
+    (``ProgramKind.compute_only``), and each of its ranks is alone on its node's CPU whenever it runs,
+    every node of the job at the same rate and stopped and continued at the same instants. Every rank but
+    rank 0 then does the same at the same times, so the job is two lanes (rank 0, the others; one without
+    a barrier), advanced step by step between the job's state changes (start, stop and continue under
+    gang, a lane's end) with the same arithmetic as rank by rank, each change one heap event at most,
+    none per rank, step, barrier or message."""
 
-    __slots__ = ("job", "nodes", "rate", "left", "running", "since", "ran", "ver", "dead")
+    __slots__ = ("job", "nodes", "rate", "plan", "delay", "lanes", "running", "ver", "gone", "ends_at_switch",
+                 "told")  # fmt: skip
 
-    def __init__(self, job: Job, nodes: list[_Node], work: float, now: float) -> None:
+    def __init__(
+        self, job: Job, nodes: list[_Node], plan: Lockstep, delay: float, now: float, ends_at_switch: bool
+    ) -> None:
         self.job = job
         self.nodes = nodes  # rank r runs on nodes[r]
         self.rate = nodes[0].rate
-        self.left = work  # CPU work left on each rank (CPU-seconds at rate 1)
+        self.plan = plan
+        self.delay = delay  # an empty message's time on the link
+        self.lanes = [_Lane(plan.work, now) for _ in range(2 if plan.barrier else 1)]
         self.running = False
-        self.since = now  # time up to which ``left`` and ``ran`` are advanced
-        self.ran = 0.0  # emulated seconds each rank has held its CPU
         self.ver = 0  # end events of older versions are stale
-        self.dead: set[int] = set()  # ranks already ended (their node went down)
+        self.gone: set[int] = set()  # ranks that exited, or died with their node
+        self.told = [0] * len(self.lanes)  # each lane's Progress logged so far
+        # One compute phase whose work ends at the instant of the switch that stops it ends then (the
+        # docs' section on this path, (3)); a lockstep step's compute ends when the job next runs.
+        self.ends_at_switch = ends_at_switch
 
-    def advance(self, now: float) -> None:
+    def lane_of(self, rank: int) -> _Lane:
+        return self.lanes[min(rank, len(self.lanes) - 1)]
+
+    def ranks_of(self, lane: int) -> range:
+        return range(1, len(self.nodes)) if lane else range(1 if len(self.lanes) > 1 else len(self.nodes))
+
+    def _step(self, lanes: list[_Lane], lane: _Lane, at: float) -> None:
+        """``lane`` (of ``lanes``) changes at ``at``: its compute ends, or it takes its barrier's message."""
+        plan = self.plan
+        if lane.work is not None:
+            lane.cpu += at - lane.since
+            lane.since = at
+            lane.work = None
+            lane.due = math.inf
+            if plan.barrier:
+                if lane is not lanes[0]:  # every other rank sends rank 0 its message
+                    lanes[0].inbox = at + self.delay
+                    lanes[0].sent = at
+                return
+        else:
+            lane.inbox = None
+            if lane is lanes[0]:  # rank 0 heard from all: its replies
+                lanes[1].inbox = at + self.delay
+                lanes[1].sent = at
+        if plan.unit is not None and (lane.step % plan.every == 0 or lane.step == plan.steps):
+            lane.said = lane.step
+        if lane.step == plan.steps:
+            lane.end = at
+            return
+        lane.step += 1
+        lane.work = plan.work
+        lane.since = at
+        lane.due = at + plan.work / self.rate
+        lane.due_set = at
+
+    def _run(self, lanes: list[_Lane], until: float, before: float, limit: int = 0) -> float:
+        """Runs ``lanes`` through their changes before ``until``, and those at ``until`` whose heap event
+        would have been pushed before ``before`` (inf: all, -inf: none); with a ``limit``, up to the first
+        that the log shows (a Progress, an end) or ``limit`` changes. Returns the time of the last change
+        (inf: none)."""
+        last = math.inf
+        while True:
+            lane = lanes[0]
+            at = _lane_next(lane)
+            if len(lanes) > 1:
+                other = _lane_next(lanes[1])
+                if other < at:
+                    lane, at = lanes[1], other
+            if at > until or at == math.inf:
+                return last
+            if at == until and not (lane.due_set if lane.work is not None else lane.sent) < before:
+                return last
+            said = lane.said
+            self._step(lanes, lane, at)
+            last = at
+            if limit:
+                limit -= 1
+                if not limit or lane.end is not None or lane.said != said:
+                    return last
+
+    def run_to(self, t: float, before: float) -> None:
         if self.running:
-            dt = now - self.since
-            self.ran += dt
-            self.left -= dt * self.rate
-        self.since = now
+            self._run(self.lanes, t, before)
+
+    def next_shown(self) -> float:
+        """When the job, running on undisturbed, next does something the log shows (a Progress, a lane's
+        end), or a bound number of steps ahead (a checkpoint: the projection's cost stays bounded)."""
+        return self._run([lane.copy() for lane in self.lanes], math.inf, math.inf, limit=PROJECTION_STEPS)
+
+    def sync(self, t: float, before: float = -math.inf) -> None:
+        """Accounts the running computes' CPU up to ``t``, as touching the nodes does rank by rank (after
+        the changes at ``t`` pushed before ``before``)."""
+        self.run_to(t, before)
+        if not self.running:
+            return
+        for lane in self.lanes:
+            if lane.end is None and lane.work is not None:
+                dt = t - lane.since
+                lane.cpu += dt
+                lane.work -= dt * self.rate
+                lane.since = t
+
+    def stop(self, t: float, switch: bool, before: float = -math.inf) -> None:
+        """Stops at ``t``, by a slot ``switch`` (pushed at ``before``) or for good."""
+        self.sync(t, before)
+        self.running = False
+        for lane in self.lanes:
+            lane.due = math.inf
+        lane = self.lanes[0]
+        if switch and self.ends_at_switch and lane.end is None and lane.work is not None and lane.work <= EPS:
+            self._step(self.lanes, lane, t)
+
+    def start(self, t: float) -> None:
+        """Continues at ``t``: a compute with nothing left ends now, a message that came meanwhile is read."""
+        self.running = True
+        for lane in self.lanes:
+            if lane.end is None:
+                lane.since = t
+                if lane.work is not None:
+                    lane.due = t if lane.work <= EPS else t + lane.work / self.rate
+                    lane.due_set = t
+        self._run(self.lanes, t, math.inf)
 
 
 class _Node:
@@ -348,7 +494,12 @@ class Simulation:
         self._ops = 0
         self._wall_hit = False
         self._fast = _fast_path(scheduler, self.gp, self.skew, jobs) if fast_path else None
+        self._lockstep = self._fast is _FastPath.ALWAYS or (
+            self._fast is _FastPath.BY_SLOT and self._all_pieces(jobs)
+        )
         self.fluid: dict[str, _Fluid] = {}  # the running jobs on the fast path
+        # Under gang, when each slot switch still to come was pushed, by its time (:meth:`_on_fluid_end`).
+        self._slots_pushed: dict[float, deque[float]] = {}
         self._tick_at: float | None = None
         self._tick_ver = 0
         self._asked_global = False
@@ -540,7 +691,7 @@ class Simulation:
     def kill(self, job: Job, nodes: tuple[int, ...], reason: str) -> None:
         f = self.fluid.get(job.job_id)
         if f is not None:
-            self._fluid_set(f, False)  # accounts its CPU up to now
+            f.stop(self.now, switch=False)  # accounts its CPU up to now
             self._fluid_exit(f, -9, f"killed: {reason}")
             return
         r = self.runs.pop(job.job_id, None)
@@ -576,6 +727,8 @@ class Simulation:
             by_time.setdefault(effect, []).append((self.nodes[n], frozenset(d.allowed[n])))
         for effect, switches in by_time.items():
             self._push(effect, _SLOT, switches, d.slot, d.at)
+            if self._fast is _FastPath.BY_SLOT:
+                self._slots_pushed.setdefault(effect, deque()).append(self.now)
 
     # ----------------------------------------------------------------------------------------------------
     # The job-level fast path (:class:`_Fluid`)
@@ -590,10 +743,8 @@ class Simulation:
             return False  # ranks at different rates drift apart
         if self._paging and any(paging.factor(job.spec.memory_mb, node.memory) < 1 for node in placed):
             return False  # alone on its nodes and still paging: the paging model runs rank by rank
-        work = job.kind.compute_only(job.app, len(placed))
-        if work is None or not work > EPS:
-            # A job of no work ends within its start's instant rank by rank, before the core hears of
-            # anything else: one piece would end one heap event later.
+        plan, ends_at_switch = self._fluid_plan(job, len(placed))
+        if plan is None:
             return False
         running = True
         if self._fast is _FastPath.BY_SLOT:
@@ -603,7 +754,7 @@ class Simulation:
             if any((job.job_id in node.slot_allowed) != running for node in placed):
                 return False
         job_id = job.job_id
-        f = _Fluid(job, placed, work, self.now)
+        f = _Fluid(job, placed, plan, self._delay(0), self.now, ends_at_switch)
         self.fluid[job_id] = f
         for rank, node in enumerate(placed):
             node.fluid[job_id] = f
@@ -611,49 +762,115 @@ class Simulation:
         self._fluid_set(f, running)
         return True
 
-    def _fluid_set(self, f: _Fluid, running: bool) -> None:
-        """Starts or stops ``f``'s ranks, all at once; a start plans its end."""
+    def _all_pieces(self, jobs: Sequence[Job]) -> bool:
+        """Whether every job of the run can run as one piece. Under gang, lockstep jobs run so only then:
+        a process's event on a node (a write that ends while it is stopped) splits the compute of the
+        piece running there into two sums on that node alone, and with steps and quanta of whole
+        seconds which of a step's end and a switch comes first is decided by those last bits
+        (docs/architecture.md, "The simulator's job-level fast path")."""
+        rate = self.nodes[0].rate
+        if self._paging or any(node.rate != rate for node in self.nodes):
+            return False
+        return all(not job.kind.head and self._piece(job, job.spec.size) for job in jobs)
+
+    def _piece(self, job: Job, size: int) -> bool:
+        if self._lockstep_plan(job, size) is not None:
+            return True
+        work = job.kind.compute_only(job.app, size)
+        return work is not None and work > EPS
+
+    @staticmethod
+    def _lockstep_plan(job: Job, size: int) -> Lockstep | None:
+        plan = job.kind.lockstep(job.app, size)
+        if plan is not None and plan.barrier and (job.wait.mode != "block" or job.wait.send_wait != "none"):
+            return None  # a spinning or acknowledged wait: its CPU and sends are not modelled here
+        return plan
+
+    def _fluid_plan(self, job: Job, size: int) -> tuple[Lockstep | None, bool]:
+        """The job's model as a piece (and whether it is one compute phase), or None: rank by rank."""
+        plan = self._lockstep_plan(job, size) if self._lockstep else None
+        if plan is not None:
+            return plan, False
+        work = job.kind.compute_only(job.app, size)
+        if work is None or not work > EPS:
+            # A job of no work ends within its start's instant rank by rank, before the core hears of
+            # anything else: one piece would end one heap event later.
+            return None, False
+        return Lockstep(1, work, False, None), True
+
+    def _fluid_set(self, f: _Fluid, running: bool, pushed: float = -math.inf) -> None:
+        """Starts or stops ``f``'s ranks, all at once (by a switch pushed at ``pushed``); a start plans its
+        next change the log shows."""
         if running == f.running:
+            if running:
+                # Rank by rank the switch touches the nodes, splitting the compute in progress (the
+                # same sums, to the last bit, decide which of a step's end and a switch comes first).
+                f.sync(self.now, pushed)
             return
-        f.advance(self.now)
-        f.running = running
         f.ver += 1
         if running:
-            self._push(self.now + max(0.0, f.left) / f.rate, _FLUID_END, f, f.ver)
+            f.start(self.now)
+        else:
+            f.stop(self.now, True, pushed)
+        self._fluid_ended(f)
 
     def _on_fluid_end(self, f: _Fluid, ver: int) -> None:
         if ver != f.ver or self.fluid.get(f.job.job_id) is not f:
             return
-        f.advance(self.now)
-        f.left = 0.0
-        live = [rank for rank in range(len(f.nodes)) if rank not in f.dead]
-        self._fluid_exit(f, 0, None)
+        # A switch at this instant still to come goes first for the changes rank by rank pushed after it;
+        # those are left for after it (the next event, planned anew, comes after the switch's).
+        pending = self._slots_pushed.get(self.now)
+        f.run_to(self.now, pending[0] if pending else math.inf)
+        f.ver += 1
+        self._fluid_ended(f)
+
+    def _fluid_ended(self, f: _Fluid) -> None:
+        """Logs what ``f``'s lanes did by now that the log shows (each rank's Progress, its end), hands the
+        ends to the core, and plans the next such change while it runs."""
         job_id = f.job.job_id
-        self._exits.extend((job_id, rank) for rank in live)
+        for i, lane in enumerate(f.lanes):
+            said = lane.said if lane.said > f.told[i] else 0
+            if not said and lane.end is None:
+                continue
+            f.told[i] = lane.said
+            for rank in f.ranks_of(i):
+                if rank in f.gone:
+                    continue
+                node = f.nodes[rank]
+                if said:
+                    self._emit(node.src, ev.PROGRESS, self.now, node=node.idx, job=job_id, rank=rank,
+                               unit=f.plan.unit, value=said)  # fmt: skip
+                if lane.end is not None:
+                    self._fluid_gone(f, rank, 0, None)
+                    self._exits.append((job_id, rank))
+        if len(f.gone) == len(f.nodes):
+            f.running = False
+            del self.fluid[job_id]
+        elif f.running:
+            self._push(f.next_shown(), _FLUID_END, f, f.ver)
+
+    def _fluid_gone(self, f: _Fluid, rank: int, code: int, reason: str | None) -> None:
+        """Takes ``f``'s rank off its node and logs its end, as :meth:`_ended` logs a process's."""
+        node = f.nodes[rank]
+        f.gone.add(rank)
+        del node.fluid[f.job.job_id]
+        cpu_s = f.lane_of(rank).cpu * f.rate
+        self._emit(node.src, ev.PROC_EXITED, self.now, job=f.job.job_id, rank=rank, node=node.idx,
+                   code=code, cpu_s=cpu_s, reason=reason)  # fmt: skip
 
     def _fluid_exit(self, f: _Fluid, code: int, reason: str | None) -> None:
-        """Takes ``f`` off its nodes and logs its live ranks' ends, as :meth:`_ended` logs a process's."""
-        job_id = f.job.job_id
-        f.running = False
+        """Ends ``f`` (stopped): its live ranks' ends are logged, none is handed to the core."""
         f.ver += 1
-        del self.fluid[job_id]
-        cpu_s = f.ran * f.rate
-        for rank, node in enumerate(f.nodes):
-            if rank in f.dead:
-                continue
-            del node.fluid[job_id]
-            self._emit(node.src, ev.PROC_EXITED, self.now, job=job_id, rank=rank, node=node.idx,
-                       code=code, cpu_s=cpu_s, reason=reason)  # fmt: skip
+        del self.fluid[f.job.job_id]
+        for rank in range(len(f.nodes)):
+            if rank not in f.gone:
+                self._fluid_gone(f, rank, code, reason)
 
     def _fluid_node_down(self, node: _Node, reason: str) -> None:
         """The ranks on ``node`` of jobs on the fast path die with it (the core then ends their jobs)."""
-        for job_id, f in list(node.fluid.items()):
-            f.advance(self.now)
-            rank = f.nodes.index(node)
-            f.dead.add(rank)
-            del node.fluid[job_id]
-            self._emit(node.src, ev.PROC_EXITED, self.now, job=job_id, rank=rank, node=node.idx,
-                       code=-9, cpu_s=f.ran * f.rate, reason=f"killed: {reason}")  # fmt: skip
+        for f in list(node.fluid.values()):
+            f.sync(self.now)
+            self._fluid_gone(f, f.nodes.index(node), -9, f"killed: {reason}")
 
     def _on_fault(self, node: int, what: FaultKind) -> None:
         if what == FaultKind.UP:
@@ -841,6 +1058,12 @@ class Simulation:
     def _on_slot(self, switches: list[tuple[_Node, frozenset[str]]], slot: int, at: float) -> None:
         late_ms = (self.now - at) * 1000.0
         by_slot = self._fast is _FastPath.BY_SLOT
+        pushed = -math.inf
+        if by_slot:
+            queue = self._slots_pushed[self.now]
+            pushed = queue.popleft()
+            if not queue:
+                del self._slots_pushed[self.now]
         fluid: dict[str, tuple[_Fluid, bool]] = {}
         for node, allowed in switches:
             node.slot_allowed = allowed
@@ -872,15 +1095,7 @@ class Simulation:
             if not lazy:
                 self._feed(node, SlotStart(slot, allowed))
         for f, running in fluid.values():
-            if not running and f.running:
-                f.advance(self.now)
-                if f.left <= EPS:
-                    # Its work ends at this very instant: it ends now, not a quantum later. Rank by rank
-                    # the order of the two heap events decides, i.e. floating-point rounding (see the
-                    # docs' section on this path).
-                    self._on_fluid_end(f, f.ver)
-                    continue
-            self._fluid_set(f, running)
+            self._fluid_set(f, running, pushed)
 
     def _report_utilization(self, node: _Node) -> None:
         """The quantum ends on ``node``: each process that ran in it reports its CPU share over it."""
