@@ -140,6 +140,27 @@ class NetworkConfig(_Model):
     bandwidth_mbps: float | None = Field(None, gt=0)
 
 
+class WakeupConfig(_Model):
+    """The simulator's wake-up turns (testbed/sim/wakeup.py; docs/measurements.md, "Wake-up latency"). Real
+    runs ignore it: their kernel does this itself."""
+
+    turn_us: float = Field(
+        0.0,
+        ge=0,
+        le=1e6,
+        description="simulator: CPU-us (at rate 1) a woken process waits for its turn when cluster.wakeup."
+        "crowd other processes of its node want the CPU and its nice value does not preempt them; 0 = off "
+        "(a woken process computes at once, at its share)",
+    )
+    crowd: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="simulator: how many other processes of its node must want the CPU for a woken process "
+        "to wait its turn (1: a uniprocessor's run queue; under a CFS quota one other costs no turn)",
+    )
+
+
 class NodeGroup(_Model):
     """``count`` alike nodes of a heterogeneous cluster (``cluster.groups``), numbered after the groups
     before them."""
@@ -193,6 +214,7 @@ class ClusterConfig(_Model):
     )
     power: PowerModel = Field(default_factory=PowerModel)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
+    wakeup: WakeupConfig = Field(default_factory=WakeupConfig)
 
     @model_validator(mode="before")
     @classmethod

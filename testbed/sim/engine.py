@@ -83,6 +83,7 @@ from testbed.schedulers.base import (
 )
 from testbed.schedulers.cfs import cfs_weight
 from testbed.schedulers.gang import GangGlobal, GangLocal
+from testbed.sim.wakeup import WakeTurns, blocked_for
 
 if TYPE_CHECKING:
     from testbed.scenario import Scenario
@@ -100,6 +101,7 @@ _SUBMIT, _COMPLETE, _IO_DONE, _MSG, _SPIN_END, _TICK, _SLOT, _TIMER, _ACK, _ACK_
     range(12)
 )
 _FLUID_END = 12  # a job on the job-level fast path ends (:class:`_Fluid`)
+_WAKE = 13  # a woken process's turn comes (testbed/sim/wakeup.py)
 _PERIODIC = (_TICK, _SLOT, _TIMER)
 #: Changes of a job on the fast path looked ahead at most from one of its heap events to the next: a long
 #: job with no Progress costs one event per this many, not a look-ahead over all its steps at every start.
@@ -148,7 +150,7 @@ class _Process:
     __slots__ = (
         "run", "rank", "node", "proc", "wait", "gen", "op", "begun", "done", "work", "sleeping", "need",
         "tag", "inbox", "tagbox", "spinning", "waiting", "spin_ver", "cpu_s", "nice", "allowed", "q_cpu",
-        "q_t0", "q_ran", "outbox", "acking", "ack_spin", "ack_ver",
+        "q_t0", "q_ran", "outbox", "acking", "ack_spin", "ack_ver", "held",
     )  # fmt: skip
 
     def __init__(self, run: _JobRun, rank: int, node: _Node, ctx: SimContext) -> None:
@@ -184,6 +186,7 @@ class _Process:
         self.acking = False
         self.ack_spin = False
         self.ack_ver = 0
+        self.held = False  # woken, waiting for its turn on the CPU (testbed/sim/wakeup.py)
         self.next_op()
 
     def next_op(self) -> None:
@@ -429,6 +432,8 @@ class Simulation:
         sink: Callable[[dict], Any] | None = None,
         wall_limit_s: float | None = None,
         fast_path: bool = True,
+        wakeup_turn_s: float = 0.0,
+        wakeup_crowd: int = 1,
     ) -> None:
         """``sink(record)`` receives each event as it happens (e.g. a file, so that a run of millions of
         events, or an interrupted one, keeps its log without holding it); by default they are kept in
@@ -494,6 +499,8 @@ class Simulation:
         self._ops = 0
         self._wall_hit = False
         self._fast = _fast_path(scheduler, self.gp, self.skew, jobs) if fast_path else None
+        # Wake-up turns (testbed/sim/wakeup.py); none: a woken process computes at once, at its share.
+        self._turns = WakeTurns(wakeup_turn_s, wakeup_crowd) if wakeup_turn_s > 0 else None
         self._lockstep = self._fast is _FastPath.ALWAYS or (
             self._fast is _FastPath.BY_SLOT and self._all_pieces(jobs)
         )
@@ -581,6 +588,7 @@ class Simulation:
             _FAULT: self._on_fault,
             _COOP: self._on_coop,
             _FLUID_END: self._on_fluid_end,
+            _WAKE: self._on_wake,
         }
         stall_reason = None
         deadline = None if self.wall_limit_s is None else time.monotonic() + self.wall_limit_s
@@ -1015,8 +1023,10 @@ class Simulation:
         while True:
             while queue:
                 self._apply_local(node, node.policy.on_event(self.now, queue.popleft()))
+            if self._turns is not None:
+                self._hold(node)
             for p in list(node.procs.values()):
-                if p.allowed:
+                if p.allowed and not p.held:
                     self._advance(p)
             if not queue:
                 return
@@ -1117,6 +1127,8 @@ class Simulation:
             return
         self._touch(p.node)
         p.sleeping = False
+        if self._turns is not None:
+            self._turns.woke(p)
         self._pending_nodes[p.node.idx] = p.node
 
     def _on_msg(self, receivers: Sequence[_Process], src_rank: int, tag: int) -> None:
@@ -1127,9 +1139,24 @@ class Simulation:
             self._touch(node)
             p.inbox += 1
             p.tagbox[tag] = p.tagbox.get(tag, 0) + 1
+            if self._turns is not None and blocked_for(p, tag):
+                self._turns.woke(p)  # a blocked receiver's message
             if node.msg_events:
                 node.queue.append(MessageArrived(p.proc, src_rank, p.inbox))
             self._pending_nodes[node.idx] = node
+
+    def _hold(self, node: _Node) -> None:
+        """Holds the processes woken on ``node`` at this instant that must wait for their turn."""
+        for p, wait in self._turns.holds(node):
+            p.held = True
+            self._push(self.now + wait, _WAKE, p)
+
+    def _on_wake(self, p: _Process) -> None:
+        if p.done or not p.held:
+            return
+        self._touch(p.node)
+        p.held = False
+        self._pending_nodes[p.node.idx] = p.node
 
     def _on_spin_end(self, p: _Process, ver: int) -> None:
         if ver != p.spin_ver or type(p.op) is not Recv or not p.spinning:
@@ -1185,6 +1212,8 @@ class Simulation:
         blocked = not p.ack_spin
         p.acking = False
         p.ack_spin = False
+        if blocked and self._turns is not None:
+            self._turns.woke(p)
         if blocked and node.msg_events:
             node.queue.append(SenderWoken(p.proc))
         self._pending_nodes[node.idx] = node
@@ -1322,6 +1351,12 @@ def network_options(scn: Scenario) -> dict[str, Any]:
     }
 
 
+def wakeup_options(scn: Scenario) -> dict[str, Any]:
+    """:class:`Simulation`'s wake-up turns from a scenario's ``cluster.wakeup`` (testbed/sim/wakeup.py)."""
+    w = scn.cluster.wakeup
+    return {"wakeup_turn_s": w.turn_us * 1e-6, "wakeup_crowd": w.crowd}
+
+
 def _options(scn: Scenario) -> dict[str, Any]:
     """:class:`Simulation`'s keyword arguments from a scenario (its cluster, network, duration, faults)."""
     c = scn.cluster
@@ -1334,6 +1369,7 @@ def _options(scn: Scenario) -> dict[str, Any]:
         "faults": scn.faults.faults(),
         "on_node_down": scn.faults.on_node_down,
         "wall_limit_s": scn.wall_limit_s,
+        **wakeup_options(scn),
     }
 
 
