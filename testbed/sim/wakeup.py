@@ -51,7 +51,9 @@ class WakeTurns:
         woken = self._woken.pop(node.idx, None)
         if not woken:
             return []
-        return [(p, self.turn_s / node.rate) for p in woken if not p.done and self._waits(p, node)]
+        # A stopped process is not woken (SIGSTOP): it runs when continued, as any other.
+        wait = self.turn_s / node.rate
+        return [(p, wait) for p in woken if p.allowed and not p.done and self._waits(p, node)]
 
     def _waits(self, p: _Process, node: _Node) -> bool:
         others = [q.nice for q in node.procs.values() if q is not p and not q.held and q.wants_cpu()]
