@@ -127,8 +127,9 @@ def test_paper000_admission_at_9_to_1_in_the_simulator(tmp_path):
 def test_paper004_ccs_in_the_simulator(tmp_path):
     """paper004-ccs cut to 100 emulated s and three of its Wrk1 variants (~9 s of CPU): CCS at L = 20 %
     protects the local CPU users against plain Linux and DYNAMIC, and Xwin users stay near 1 under it. The
-    whole file (400 s, 13 variants) measured CPU users' mean slowdown 1.18 (CCS, L 0.2), 1.52 (Linux), 2.10
-    (DYNAMIC); the bounds are the directions (docs/measurements.md, "Paper 004 in the simulator")."""
+    whole file (400 s, 19 variants, with memory and paging) measured CPU users' mean slowdown 1.27 (CCS, L
+    0.2), 1.77 (Linux), 4.93 (DYNAMIC); the bounds are the directions (docs/measurements.md, "Paper 004
+    with memory")."""
     three = (
         "sweep=[{name: linux, set: {scheduler: {name: local, params: {mpl: 1}}}}, "
         "{name: dynamic, set: {scheduler: {name: dynamic, params: {mpl: 1}}}}, "
