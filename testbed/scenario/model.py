@@ -838,6 +838,18 @@ class Scenario(_Model):
                     f"workload.local_users.{i}.nodes: node(s) {bad} do not exist (nodes 0.."
                     f"{self.cluster.nodes - 1}); name nodes of the cluster"
                 )
+        if self.scheduler.params.get("memory_pool") is not None:
+            # M_D is a fraction of the smallest node's memory: without every node's, or with the check
+            # off, the pool would silently hold nothing back.
+            if any(i.memory_mb is None for i in self.cluster.node_info()):
+                raise ValueError(
+                    "scheduler.params.memory_pool: needs every node's memory; give cluster.memory_mb (or "
+                    "each group's memory_mb), or remove memory_pool"
+                )
+            if self.scheduler.params.get("memory_aware") is False:
+                raise ValueError(
+                    "scheduler.params.memory_pool: acts only with memory_aware true; remove one of the two"
+                )
         d = self.workload.divisible
         if d is not None and d.nodes is not None and d.nodes > self.cluster.nodes:
             raise ValueError(

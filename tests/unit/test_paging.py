@@ -75,3 +75,29 @@ def test_ccs_stops_the_swapping_task_and_resumes_it_with_stop_and_resume_to_its_
     assert not [e for e in events if e["kind"] == ev.NODE_PAGING and e["factor"] < 1]
     assert _slowdown(events) == pytest.approx(1.0, abs=1e-9)
     assert rows["par"]["final_state"] == rows["user"]["final_state"] == results.FinalState.COMPLETED
+
+
+@pytest.mark.parametrize(
+    ("cluster", "params", "expect"),
+    [
+        ({"nodes": 2}, {"memory_pool": 0.5}, "needs every node's memory; give cluster.memory_mb"),
+        (
+            {"nodes": 2, "memory_mb": 100},
+            {"memory_pool": 0.5, "memory_aware": False},
+            "acts only with memory_aware true",
+        ),
+    ],
+)
+def test_a_memory_pool_that_could_hold_nothing_back_is_refused_in_one_line(cluster, params, expect):
+    from testbed.scenario import ScenarioError, load
+
+    doc = {"name": "t", "cluster": cluster, "scheduler": {"name": "ccs", "params": params}}
+    doc["workload"] = {"jobs": [{"size": 2}]}
+    with pytest.raises(ScenarioError) as exc:
+        load(doc=doc)
+    assert str(exc.value).count("\n") == 0 and f"scheduler.params.memory_pool: {expect}" in str(exc.value)
+    # A sweep variant that sets it is checked as well.
+    doc["scheduler"]["params"] = {}
+    doc["sweep"] = [{"name": "v", "set": {"scheduler.params": params}}]
+    with pytest.raises(ScenarioError, match="memory_pool"):
+        load(doc=doc)
