@@ -3,6 +3,9 @@ want the CPU waits its turn unless its nice value preempts them; off by default.
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pytest
 from testbed.apps.synthetic import SyntheticConfig
 from testbed.schedulers.base import GlobalPolicy, JobSpec, Start
@@ -10,10 +13,12 @@ from testbed.schedulers.cosched import Hybrid
 from testbed.schedulers.local import Local
 
 from testbed.core.jobs import Job, WaitSpec
+from testbed.runner import run_once
 from testbed.scenario import load
 from testbed.sim import simulate
 from testbed.sim.engine import Simulation, wakeup_options
 
+ROOT = Path(__file__).resolve().parents[2]
 TURN_S = 0.5e-3
 LATENCY_S = 2e-3
 
@@ -111,3 +116,23 @@ def test_bad_values_are_refused():
         load(doc=_scenario(turn_us=10, crowd=0))
     with pytest.raises(ValueError, match="crowd"):
         Simulation(_jobs(), _Nls, {}, nodes=2, wakeup_turn_s=1e-3, wakeup_crowd=0)
+
+
+def _paper003(name: str, **wakeup) -> float:
+    """paper003-compare's real subset (heavy load, packing) under ``name`` in the simulator: mean response."""
+    over = [f"scheduler.name={name}", "sweep=null"]
+    over += [f"cluster.wakeup.{k}={v}" for k, v in wakeup.items()]
+    scn = load(ROOT / "scenarios" / "paper003-compare.yaml", overrides=over)
+    with tempfile.TemporaryDirectory() as d:
+        return run_once(scn, "sim", Path(d) / "out")["mean_response_time_s"]
+
+
+@pytest.mark.extended
+def test_on_paper003_the_turn_makes_sbs_boost_count():
+    """docs/measurements.md, "Wake-up latency": without turns SB is behind NLS, with the measured turn
+    ahead of it (its blocked receivers' wakes are boosted and preempt; NLS's wait)."""
+    off = {n: _paper003(n) for n in ("local", "sb")}
+    on = {n: _paper003(n, turn_us=2000, crowd=2) for n in ("local", "sb")}
+    assert off["sb"] > off["local"] * 1.05
+    assert on["sb"] < on["local"] * 0.95
+    assert on["local"] > off["local"] * 1.1  # NLS's unboosted wakes pay the turn
