@@ -82,6 +82,9 @@ class GangGlobal(GlobalPolicy):
         # matrix[row][col] = job id or None
         self.matrix: list[list[str | None]] = [[None] * nodes for _ in range(self.mpl)]
         self.row_used = [0] * self.mpl  # occupied cells per row: rows without room are skipped unread
+        # Each row's free columns of up nodes, kept until a cell of the row or a node's state changes: the
+        # queue's head is fitted again at every arrival and end, mostly against unchanged rows.
+        self.free_cols: dict[int, list[int]] = {}
         self.placed: dict[str, tuple[int, tuple[int, ...]]] = {}  # job -> (row, columns)
         self.queue: list[JobSpec] = []
         self.row = -1  # row of the last Dispatch
@@ -99,8 +102,13 @@ class GangGlobal(GlobalPolicy):
     def max_jobs_per_node(self) -> int:
         return self.mpl
 
+    def node_down(self, now: float, node: int) -> list[GlobalAction]:
+        self.free_cols.clear()
+        return super().node_down(now, node)
+
     def node_up(self, now: float, node: int) -> list[GlobalAction]:
         super().node_up(now, node)
+        self.free_cols.clear()
         actions = self._place_queued()
         if self.next_at is None and self.placed:
             actions.append(self._dispatch(max(now + self.lead, self.last_at)))
@@ -149,14 +157,21 @@ class GangGlobal(GlobalPolicy):
     def _set(self, row: int, cols, job_id: str | None) -> None:
         """Puts ``job_id`` (None: nothing) in ``cols`` of ``row``."""
         cells = self.matrix[row]
+        self.free_cols.pop(row, None)
         for c in cols:
             self.row_used[row] += (job_id is not None) - (cells[c] is not None)
             cells[c] = job_id
 
     def _free_cols(self, row: int) -> list[int]:
+        """The row's free columns of up nodes, in order (not to be changed: it is kept in :attr:`free`)."""
         if self.nodes - self.row_used[row] - len(self.down) <= 0:
             return []  # a down node's cells are empty: so many cells of the row are free, and up
-        return [c for c, cell in enumerate(self.matrix[row]) if cell is None and c not in self.down]
+        free = self.free_cols.get(row)
+        if free is None:
+            down = self.down
+            free = [c for c, cell in enumerate(self.matrix[row]) if cell is None and c not in down]
+            self.free_cols[row] = free
+        return free
 
     def _fit(self, job: JobSpec) -> tuple[int, tuple[int, ...]] | None:
         size = job.size
@@ -232,10 +247,15 @@ class GangGlobal(GlobalPolicy):
     def _dispatch(self, at: float) -> Dispatch:
         row = self._next_row()
         jobs = self._plan_jobs(row)
-        allowed: dict[int, set[str]] = {n: set() for n in range(self.nodes)}
+        # One set per job, shared by its nodes, and one empty set for the idle ones: a Dispatch for 1,000
+        # nodes is built from as many sets as the slot runs jobs, not two per node.
+        empty: frozenset[str] = frozenset()
+        allowed: dict[int, frozenset[str]] = dict.fromkeys(range(self.nodes), empty)
         for j in jobs:
+            one = frozenset((j,))
             for c in self.placed[j][1]:
-                allowed[c].add(j)
+                have = allowed[c]
+                allowed[c] = have | one if have else one
         self.row = row
         self.slot += 1
         self.last_at = at
@@ -244,7 +264,7 @@ class GangGlobal(GlobalPolicy):
         return Dispatch(
             at=at,
             slot=self.slot,
-            allowed={n: frozenset(s) for n, s in allowed.items()},
+            allowed=allowed,
             rows=self._slot_rows(row),
         )
 
