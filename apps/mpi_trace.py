@@ -13,7 +13,8 @@ wrapped as in a real run (apps/mpi_wrap.py) but recording instead of mirroring:
 * ``["s", dest, nbytes, tag]``: a send (its payload's bytes, pickled size for the lowercase methods);
 * ``["r", source, tag]``: a receive, with the source and tag it actually matched (its status), so
   ANY_SOURCE / ANY_TAG replay as they ran;
-* ``["k", op]``: a collective of COMM_WORLD.
+* ``["k", op, nbytes]``: a collective of COMM_WORLD, with the bytes of the data the rank handed it
+  (its send buffer; the receive buffer of an IN_PLACE call or a Bcast; an object's pickled size).
 
 A trace is cached by the program's content, its arguments and the number of ranks (``trace_path``), in
 ``$TESTBED_MPI_TRACES`` or ``~/.cache/testbed/mpi-traces``; the first simulation of a program records it
@@ -47,8 +48,8 @@ def cache_dir() -> Path:
 
 
 #: The recorder's version, part of a trace's key: a trace recorded by an older recorder is recorded again
-#: (2: a Sendrecv's CPU before it counted once, not twice).
-RECORDER_VERSION = 2
+#: (2: a Sendrecv's CPU before it counted once, not twice; 3: a collective's bytes).
+RECORDER_VERSION = 3
 
 
 def trace_key(program: str, args: tuple[str, ...], size: int) -> str:
@@ -105,7 +106,15 @@ def record(program: str, args: tuple[str, ...], size: int, timeout: float = RECO
                 cmd = [sys.executable, "-m", "testbed.apps.mpi_trace", server.address, str(r), str(size),
                        f"{tmp}/rank{r}.json", str(program), *args]  # fmt: skip
                 err = open(f"{tmp}/rank{r}.err", "w")  # noqa: SIM115 - closed with the process below
-                env = {**os.environ, TRACE_PARENT: str(os.getpid()), MPICH_NO_LOCAL: "1"}  # as a real run's
+                # As a real run's ranks (testbed/emulator/agent.py): one BLAS thread. With the host's
+                # cores, OpenBLAS's threads split NAS CG's dot products and its main thread spun waiting
+                # for them, which its CPU clock counted: CG.A on 1 rank recorded 1.8 to 4.4 s a run.
+                env = {
+                    **os.environ,
+                    TRACE_PARENT: str(os.getpid()),
+                    MPICH_NO_LOCAL: "1",
+                    "OMP_NUM_THREADS": "1",
+                }
                 if size > (os.cpu_count() or 1):
                     # More ranks than cores: MPICH's busy-polling rank would hold a core its peer needs
                     # for the message it waits for (IS class A on 8 ranks, 2 cores: minutes instead of
@@ -158,6 +167,7 @@ class Recorder:
         self.n = n
         self.ops: list[list] = []
         self.mark = 0.0  # the main thread's CPU clock when the previous call returned
+        self.wants_bytes = True  # a collective's data size is part of the trace
 
     def _compute(self) -> None:
         now = time.thread_time()
@@ -186,9 +196,9 @@ class Recorder:
         # The source and tag the receive took, from its status: wildcards replay as they ran.
         self.ops.append(["r", status.Get_source(), status.Get_tag()])
 
-    def collective(self, op: str) -> None:
+    def collective(self, op: str, nbytes: int) -> None:
         self._compute()
-        self.ops.append(["k", op])
+        self.ops.append(["k", op, nbytes])
 
 
 def _rank_main(argv: list[str]) -> int:

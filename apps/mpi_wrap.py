@@ -87,6 +87,7 @@ class _Mirror:
         # comes after the quota is spent waits for the next CFS period (NAS CG, class A, 4 ranks: 22x
         # the simulator's time direct, 0.6x mirrored). Only a job that spins runs MPI direct.
         self.active = bool(link_note()) or not tb._standing or tb.mode != "spin"
+        self.wants_bytes = False  # a collective's data is MPI's to move; the recorder notes its size
         self.collectives = 0  # completed, reported to the node as the unit "collectives"
         self.reported = 0
         self.next_report = 0.0
@@ -121,8 +122,9 @@ class _Mirror:
             self.tb.early_s = min(MAX_EARLY_S, statistics.median(costs))
             costs.clear()
 
-    def collective(self, op: str) -> None:
-        """A barrier among the n MPI ranks through tbcomm (not the head), announced to the node as ``op``."""
+    def collective(self, op: str, nbytes: int = 0) -> None:
+        """A barrier among the n MPI ranks through tbcomm (not the head), announced to the node as ``op``.
+        ``nbytes`` (the data the rank hands MPI) is not needed: MPI moves the data itself, after."""
         from testbed.apps.tbcomm import COLL_ENTER, COLL_LEAVE
 
         tb = self.tb
@@ -307,14 +309,33 @@ def _communicates(name: str) -> bool:
     return any(n.startswith(r) or (n[:1] == "i" and n[1:].startswith(r)) for r in _MOVES_DATA)
 
 
+#: The arguments by which mpi4py's collectives take the data a rank contributes (or, IN_PLACE aside,
+#: receives), in the order they are looked for.
+_DATA_ARGS = ("sendbuf", "buf", "sendobj", "obj", "recvbuf")
+
+
+def _collective_bytes(args: tuple, kwargs: dict, buffers: bool) -> int:
+    """The bytes of the data a rank hands a collective: its first buffer (or object, pickled) that holds
+    any, which is the send buffer, or the receive buffer of an IN_PLACE call or of a Bcast. Barrier: 0."""
+    for data in (*args[:2], *(kwargs.get(k) for k in _DATA_ARGS)):
+        if data is None:
+            continue
+        nbytes = _nbytes(data) if buffers else _pickled(data)
+        if nbytes:
+            return nbytes
+    return 0
+
+
 def _collective(plain, nonblocking, mirror):
     """MPI's collective ``plain``, after the mirror's barrier named after it: as its nonblocking form
     ``nonblocking`` completed by :func:`_await` where there is one and the mirror is on (its ranks then
     left the barrier together, and a rank that MPI keeps waiting for a throttled peer sleeps)."""
     op = plain.__name__.lower()
+    buffers = plain.__name__[0].isupper()  # the uppercase forms take buffers, the lowercase objects
 
     def call(self, *args, **kwargs):
-        mirror.collective(op)
+        nbytes = _collective_bytes(args, kwargs, buffers) if mirror.wants_bytes else 0
+        mirror.collective(op, nbytes)
         if nonblocking is None or not getattr(mirror, "active", True):
             return plain(self, *args, **kwargs)
         _await(nonblocking(self, *args, **kwargs))

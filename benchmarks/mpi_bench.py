@@ -1,6 +1,7 @@
 """MPI programs on the testbed (the ``mpi`` kind), each figure beside a baseline measured in the same run.
 
-``python benchmarks/mpi_bench.py [--only latency,link,start,fidelity,msgcpu] [--rounds 1000] [--keep DIR]``
+``python benchmarks/mpi_bench.py [--only latency,link,start,fidelity,msgcpu,collcpu] [--rounds 1000]
+[--keep DIR]``
 
 * latency: tests/programs/pingpong.py (1-byte Send/Recv ping-pong, median one-way of ``--rounds``; and
   the median Barrier) on 2 ranks, direct (the job spins: MPI's own calls) and mirrored (it blocks, the
@@ -23,6 +24,10 @@
   CPU its trace records between MPI calls (the simulator's model, recorded by ``--backend sim`` of the
   same scenario), differenced against a job of the same scenario with 1 round (start-up, imports and
   MPI_Init cancel out), per message sent or received (the mirror's barriers count one each way).
+* collcpu (not in the default list): the CPU a rank spends inside MPI's Alltoall and Allreduce per byte
+  of the data it hands them (tests/programs/collcpu.py on plain ``mpiexec -n 2``, 1, 4 and 16 MB, median
+  over the sizes and ``--reps`` runs), beside a plain copy of the same bytes in the same runs and the
+  figures the simulator charges (apps/mpi.py, collective_cpu_s), which were set from it.
 
 The last line printed is one JSON object. Note the host's other load (the run prints its idle share).
 """
@@ -208,6 +213,26 @@ def bench_msgcpu(tmp: Path, rounds: int) -> dict:
     return fig
 
 
+def bench_collcpu(reps: int) -> dict:
+    """MPI's CPU inside Alltoall and Allreduce per byte handed (tests/programs/collcpu.py on plain
+    ``mpiexec -n 2``, one rank a core), the median over its sizes and ``reps`` runs, beside a plain copy of
+    the same bytes and the figures the simulator charges (apps/mpi.py, collective_cpu_s)."""
+    from testbed.apps.mpi import COLLECTIVE_CPU_PER_BYTE_S, REDUCTION_CPU_PER_BYTE_S
+
+    got: dict[str, list[float]] = {}
+    for _ in range(reps):
+        p = subprocess.run(
+            ["mpiexec", "-n", "2", sys.executable, str(PROGRAMS / "collcpu.py")],
+            capture_output=True, text=True, timeout=300, check=True,
+        )  # fmt: skip
+        for op, by_size in json.loads(p.stdout.splitlines()[-1]).items():
+            got.setdefault(op, []).extend(by_size.values())
+    fig = {f"collcpu_{op}_ns_per_byte": statistics.median(v) for op, v in got.items()}
+    fig["collcpu_charged_alltoall_ns_per_byte"] = COLLECTIVE_CPU_PER_BYTE_S * 1e9
+    fig["collcpu_charged_allreduce_ns_per_byte"] = REDUCTION_CPU_PER_BYTE_S * 1e9
+    return fig
+
+
 def bench_fidelity(tmp: Path) -> dict:
     jobs = [
         _mpi("mpi", 4, "ring_allreduce.py", 20, 50),
@@ -258,6 +283,8 @@ def main() -> int:
                 out.update(bench_fidelity(tmp))
             elif part == "msgcpu":
                 out.update(bench_msgcpu(tmp, args.rounds))
+            elif part == "collcpu":
+                out.update(bench_collcpu(args.reps))
             else:
                 raise ValueError(f"unknown part {part!r}")
         except Exception as exc:  # noqa: BLE001 - the figure says why it is missing

@@ -8,7 +8,8 @@ the CPU of its main thread between MPI calls (its own clock, so the host's other
 and the calls (sends with their bytes, receives with what they matched, collectives). Each trace is
 written to ``apps/nas/models/<kernel>-<class>-<ranks>.json.gz`` with the SHA-256 of the kernel file it
 was recorded from (a model of another version of a kernel is not used), and a summary row to
-``apps/nas/models/profiles.csv``: CPU per rank (max and mean), messages, bytes and collectives per rank.
+``apps/nas/models/profiles.csv``: CPU per rank (max and mean), messages, bytes, collectives and the bytes
+handed to collectives per rank.
 
 Baseline, printed beside each row: the guessed NAS-like profile of the same name (apps/profiles.py, paper
 003 table 2's ranking), as messages sent per rank per CPU-second, which is what that profile was built
@@ -37,7 +38,7 @@ from testbed.apps.work import WORK_UNIT_S
 TABLE = MODELS / "profiles.csv"
 COLUMNS = (
     "kernel", "class", "ranks", "cpu_s_max", "cpu_s_mean", "msgs_per_rank", "bytes_per_rank",
-    "collectives_per_rank", "msgs_per_cpu_s", "recorded_s",
+    "collectives_per_rank", "collective_bytes_per_rank", "msgs_per_cpu_s", "recorded_s",
 )  # fmt: skip
 
 
@@ -46,6 +47,7 @@ def summarise(ranks: list[list]) -> dict:
     msgs = [sum(1 for op in ops if op[0] == "s") for ops in ranks]
     nbytes = [sum(op[2] for op in ops if op[0] == "s") for ops in ranks]
     colls = [sum(1 for op in ops if op[0] == "k") for ops in ranks]
+    coll_bytes = [sum(op[2] for op in ops if op[0] == "k") for ops in ranks]
     mean_cpu = statistics.fmean(cpu)
     return {
         "cpu_s_max": round(max(cpu), 6),
@@ -53,6 +55,7 @@ def summarise(ranks: list[list]) -> dict:
         "msgs_per_rank": round(statistics.fmean(msgs), 2),
         "bytes_per_rank": round(statistics.fmean(nbytes)),
         "collectives_per_rank": round(statistics.fmean(colls), 2),
+        "collective_bytes_per_rank": round(statistics.fmean(coll_bytes)),
         "msgs_per_cpu_s": round(statistics.fmean(msgs) / mean_cpu, 2) if mean_cpu > 0 else 0.0,
     }
 
@@ -153,7 +156,8 @@ def main() -> int:
                 print(
                     f"{kernel.upper()}.{npb_class} x{size}: CPU/rank max {row['cpu_s_max']:.3f} s, "
                     f"{row['msgs_per_rank']:.0f} msgs/rank ({row['bytes_per_rank']} B), "
-                    f"{row['collectives_per_rank']:.0f} collectives/rank, "
+                    f"{row['collectives_per_rank']:.0f} collectives/rank "
+                    f"({row['collective_bytes_per_rank']} B), "
                     f"{row['msgs_per_cpu_s']:.0f} msgs per CPU-s ({vs}); recorded in {row['recorded_s']} s",
                     flush=True,
                 )

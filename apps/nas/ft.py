@@ -126,36 +126,46 @@ def evolve_factor(nx: int, ny: int, nz: int, y0: int, nyl: int) -> np.ndarray:
 
 class Transform:
     """NPB's 3D transforms over the slab decomposition of ``comm``: :meth:`forward` takes the z-slab
-    layout to the transposed one, :meth:`inverse` back."""
+    layout to the transposed one, :meth:`inverse` back.
+
+    Every array a transform uses is allocated once, as NPB's Fortran arrays are: numpy's transforms
+    write into them (``out=``), one axis at a time. Arrays of tens of MB allocated afresh at every step
+    are memory the allocator returns to the system and touches again; on a host that takes back freed
+    memory (docs/measurements.md, "Why a run's first job is the slowest: memory the host took back")
+    that cost 1.5-3.9 s of system CPU per run of FT.A on 4 ranks, against 2.6 s of user CPU."""
 
     def __init__(self, comm, nx: int, ny: int, nz: int):
         self.comm = comm
-        self.p = comm.Get_size()
+        self.p = p = comm.Get_size()
         self.nx, self.ny, self.nz = nx, ny, nz
-        self.nzl, self.nyl = nz // self.p, ny // self.p
+        self.nzl, self.nyl = nzl, nyl = nz // p, ny // p
+        # Block q of ``send`` / ``recv`` is what goes to / came from rank q: Alltoall needs them
+        # contiguous and equal.
+        self.send = np.empty((p, nzl, nyl, nx), dtype=np.complex128)
+        self.recv = np.empty_like(self.send)
+        self.slab = np.empty((nzl, ny, nx), dtype=np.complex128)
 
-    def _alltoall(self, send: np.ndarray) -> np.ndarray:
-        recv = np.empty_like(send)
-        self.comm.Alltoall(send, recv)
-        return recv
-
-    def forward(self, u: np.ndarray) -> np.ndarray:
+    def forward(self, u: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """``u`` (z-slab layout) transformed into ``out`` (transposed layout, shape (nz, nyl, nx))."""
         p, nzl, nyl, nx = self.p, self.nzl, self.nyl, self.nx
-        u = np.fft.ifft2(u, axes=(1, 2), norm="forward")
-        # Block q of the send buffer is the y-lines rank q will own, all of this rank's planes: blocks
-        # must be contiguous and equal for Alltoall.
-        send = np.ascontiguousarray(u.reshape(nzl, p, nyl, nx).transpose(1, 0, 2, 3))
+        slab = self.slab
+        np.fft.ifft(u, axis=2, norm="forward", out=slab)
+        np.fft.ifft(slab, axis=1, norm="forward", out=slab)
+        # This rank's planes, the y-lines of rank q in block q.
+        np.copyto(self.send, slab.reshape(nzl, p, nyl, nx).transpose(1, 0, 2, 3))
+        self.comm.Alltoall(self.send, self.recv)
         # Received block q holds rank q's planes, which come in z order: (p, nzl) is all of z.
-        v = self._alltoall(send).reshape(self.nz, nyl, nx)
-        return np.fft.ifft(v, axis=0, norm="forward")
+        return np.fft.ifft(self.recv.reshape(self.nz, nyl, nx), axis=0, norm="forward", out=out)
 
-    def inverse(self, v: np.ndarray) -> np.ndarray:
+    def inverse(self, v: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """``v`` (transposed layout) transformed back into ``out`` (z-slab layout, shape (nzl, ny, nx))."""
         p, nzl, nyl, nx = self.p, self.nzl, self.nyl, self.nx
-        v = np.fft.fft(v, axis=0)
         # (nz, nyl, nx) is already p blocks of nzl planes each, block q for rank q's slab.
-        got = self._alltoall(np.ascontiguousarray(v)).reshape(p, nzl, nyl, nx)
-        u = np.ascontiguousarray(got.transpose(1, 0, 2, 3)).reshape(nzl, self.ny, nx)
-        return np.fft.fft2(u, axes=(1, 2))
+        np.fft.fft(v, axis=0, out=self.send.reshape(self.nz, nyl, nx))
+        self.comm.Alltoall(self.send, self.recv)
+        np.copyto(out.reshape(nzl, p, nyl, nx), self.recv.transpose(1, 0, 2, 3))
+        np.fft.fft(out, axis=2, out=out)
+        return np.fft.fft(out, axis=1, out=out)
 
 
 def checksum_points(nx: int, ny: int, nz: int, z0: int, nzl: int) -> tuple[np.ndarray, ...]:
@@ -183,20 +193,22 @@ def solve(comm, cls: str) -> tuple[list[complex], float]:
     points = checksum_points(nx, ny, nz, z0, fft.nzl)
     ntotal = nx * ny * nz
 
+    u0 = np.empty((nz, fft.nyl, nx), dtype=np.complex128)  # Fourier space, transposed layout
+    u1 = np.empty((fft.nzl, ny, nx), dtype=np.complex128)  # real space, z-slab layout
     # NPB runs the set-up and the forward transform once untimed, so that the timed run finds its
     # memory touched (and here numpy's FFT plans cached).
-    fft.forward(initial_conditions(nx, ny, z0, fft.nzl))
+    fft.forward(initial_conditions(nx, ny, z0, fft.nzl), u0)
     comm.Barrier()
 
     t0 = npb.timer()
     twiddle = evolve_factor(nx, ny, nz, y0, fft.nyl)
-    u0 = fft.forward(initial_conditions(nx, ny, z0, fft.nzl))
+    fft.forward(initial_conditions(nx, ny, z0, fft.nzl), u0)
     sums = []
     local = np.zeros(1, dtype=np.complex128)
     total = np.zeros(1, dtype=np.complex128)
     for _ in range(niter):
         u0 *= twiddle
-        u1 = fft.inverse(u0)
+        fft.inverse(u0, u1)
         local[0] = u1[points].sum()
         comm.Allreduce(local, total)
         sums.append(complex(total[0]) / ntotal)
