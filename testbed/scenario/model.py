@@ -484,7 +484,17 @@ class PoissonGenerator(_Model):
             try:
                 stretched = kinds.get(c.app.kind).with_duration(c.app, length)
             except NotImplementedError:
-                continue  # the kind says so when the workload is built
+                # Its programs have a length of their own or none the testbed can set (a NAS kernel's
+                # class, a user's MPI program): building the workload would fail on the first draw.
+                fix = (
+                    "use duration: {dist: profile}, their own length"
+                    if kinds.get(c.app.kind).has_own_length(c.app)
+                    else "list them as workload.jobs, or give the class a kind that can"
+                )
+                raise ValueError(
+                    f"workload.generator.classes.{i}.app.kind: {c.app.kind} programs cannot be stretched to "
+                    f"a drawn length (duration.dist {self.duration.dist}); {fix}"
+                ) from None
             try:
                 type(c.app).model_validate(stretched.model_dump())
             except ValidationError as exc:

@@ -145,6 +145,23 @@ def test_iters_per_unit_is_refused_saying_it_is_gone():
     assert "iters_per_unit" not in scn.clock.model_dump()
 
 
+def test_a_generated_class_that_cannot_take_a_drawn_length_is_refused_in_one_line():
+    # Found by the property below: a NAS class under a drawn duration raised NotImplementedError from the
+    # workload's build, a traceback where one line was due.
+    gen = {"kind": "poisson", "count": 2, "mean_interarrival_s": 1.0, "size": {"min": 4, "max": 4}}
+    nas = {**gen, "classes": [{"name": "EP.S", "app": {"kind": "nas", "kernel": "ep", "class": "S"}}]}
+    msg = _err({"workload": {"generator": nas}})
+    assert "workload.generator.classes.0.app.kind: nas programs cannot be stretched" in msg, msg
+    assert "use duration: {dist: profile}" in msg and "\n" not in msg.strip(), msg
+    mpi = {
+        **gen,
+        "classes": [{"name": "m", "app": {"kind": "mpi", "program": str(ROOT / "tests/programs/where.py")}}],
+    }
+    assert "list them as workload.jobs" in _err({"workload": {"generator": mpi}})
+    # Their own length is what a profile duration takes: that loads.
+    load(doc={"workload": {"generator": {**nas, "duration": {"dist": "profile"}}}})
+
+
 # --------------------------------------------------------------------------------------------------------
 # Property: generated and mutated scenario documents load, or give a ScenarioError with one line per
 # problem (each naming its field); never another exception (issue 12, Deliver 6).
