@@ -403,6 +403,19 @@ class _Node:
         self.slot_allowed: frozenset[str] = frozenset()  # the jobs the latest slot lets run here
 
 
+def _check_args(
+    nodes: int, cpu_rate: float, latency_s: float, switch_skew_s: float, bandwidth_Bps: float | None
+) -> None:
+    if nodes < 1:
+        raise ValueError(f"nodes: a cluster needs at least 1 node, got {nodes}")
+    if not cpu_rate > 0:
+        raise ValueError(f"cpu_rate: must be > 0, got {cpu_rate}")
+    if latency_s < 0 or switch_skew_s < 0:
+        raise ValueError("latency_s and switch_skew_s must be >= 0")
+    if bandwidth_Bps is not None and not bandwidth_Bps > 0:
+        raise ValueError(f"bandwidth_Bps: must be > 0 or None, got {bandwidth_Bps}")
+
+
 class Simulation:
     """One run. Use :func:`simulate`; the class is public so tests can inspect the state after a run.
 
@@ -440,16 +453,9 @@ class Simulation:
         :attr:`events`. ``node_info`` gives each node's rate and memory (a heterogeneous cluster); without
         it every node has ``cpu_rate`` and ``node_memory_mb``. ``fast_path=False`` runs every job rank by
         rank (:class:`_Fluid`; the tests check that the two agree)."""
-        if nodes < 1:
-            raise ValueError(f"nodes: a cluster needs at least 1 node, got {nodes}")
-        if not cpu_rate > 0:
-            raise ValueError(f"cpu_rate: must be > 0, got {cpu_rate}")
-        if latency_s < 0 or switch_skew_s < 0:
-            raise ValueError("latency_s and switch_skew_s must be >= 0")
+        _check_args(nodes, cpu_rate, latency_s, switch_skew_s, bandwidth_Bps)
         self.cpu_rate = float(cpu_rate)
         self.latency = float(latency_s)
-        if bandwidth_Bps is not None and not bandwidth_Bps > 0:
-            raise ValueError(f"bandwidth_Bps: must be > 0 or None, got {bandwidth_Bps}")
         self.bandwidth = bandwidth_Bps
         self.skew = float(switch_skew_s)
         self.duration = duration
@@ -482,22 +488,7 @@ class Simulation:
         self.core = DecisionCore(
             jobs, self.gp, scheduler.name, nodes, self, self._emit_job, on_node_down=on_node_down
         )
-        self.runs: dict[str, _JobRun] = {}  # job id -> its processes, while it runs
-        self.now = 0.0
-        self._clock = lambda: self.now  # what a kind's model reads as the time (SimContext.now)
-        self._heap: list[tuple] = []
-        self._seq = 0
-        self._nonperiodic = 0  # non-periodic events in the heap
-        self._dirty: dict[int, _Node] = {}
-        self._pending_nodes: dict[int, _Node] = {}  # nodes with local events to feed
-        self._exits: deque[tuple[str, int]] = deque()  # (job, rank) that ended by themselves, for the core
-        # The wall limit inside _advance, where a process's operations that take no time (steps of at most
-        # EPS of CPU, messages already arrived) run without a heap event: the real time by which the run
-        # must end (set by run()), the operations advanced so far (the clock is read every 1,024), and
-        # whether _advance found the limit reached (run() then ends as at its own check).
-        self._deadline = math.inf
-        self._ops = 0
-        self._wall_hit = False
+        self._init_state()
         self._fast = _fast_path(scheduler, self.gp, self.skew, jobs) if fast_path else None
         # Wake-up turns (testbed/sim/wakeup.py); none: a woken process computes at once, at its share.
         self._turns = WakeTurns(wakeup_turn_s, wakeup_crowd) if wakeup_turn_s > 0 else None
@@ -516,6 +507,25 @@ class Simulation:
             if not 0 <= f.node < nodes:
                 raise ValueError(f"faults: {f}: needs a node 0..{nodes - 1}")
             self._push(f.at_s, _FAULT, f.node, FaultKind(f.kind))
+
+    def _init_state(self) -> None:
+        """The run's moving parts, empty: the clock, the heap, and what the steps between events share."""
+        self.runs: dict[str, _JobRun] = {}  # job id -> its processes, while it runs
+        self.now = 0.0
+        self._clock = lambda: self.now  # what a kind's model reads as the time (SimContext.now)
+        self._heap: list[tuple] = []
+        self._seq = 0
+        self._nonperiodic = 0  # non-periodic events in the heap
+        self._dirty: dict[int, _Node] = {}
+        self._pending_nodes: dict[int, _Node] = {}  # nodes with local events to feed
+        self._exits: deque[tuple[str, int]] = deque()  # (job, rank) that ended by themselves, for the core
+        # The wall limit inside _advance, where a process's operations that take no time (steps of at most
+        # EPS of CPU, messages already arrived) run without a heap event: the real time by which the run
+        # must end (set by run()), the operations advanced so far (the clock is read every 1,024), and
+        # whether _advance found the limit reached (run() then ends as at its own check).
+        self._deadline = math.inf
+        self._ops = 0
+        self._wall_hit = False
 
     # ----------------------------------------------------------------------------------------------------
     # The runner's interface (testbed/core/backend.py)
