@@ -294,8 +294,9 @@ class CcsLocal(DynamicLocal):
             scale = L * len(self.local) / ((1 - L) * sum(weight.values()))
         base = cfs_weight(self.normal_nice)
         self.nices = {p: nearest_nice(base * scale * w) for p, w in weight.items()}
+        zeroed = self.zeroed()
         for p in parallel:
-            if p.job_id in self.zeroed():
+            if p.job_id in zeroed:
                 self.nices[p] = NICE_MAX  # rule 1 for STOP: CFS's nearest to a quantum of zero
 
     def base_nice(self, proc: Proc) -> int:
