@@ -8,27 +8,33 @@ process's pages are taken to leave memory at once and to come back for free, whi
 "swapping task" buys in the paper. While the demand D exceeds the node's memory M, every process of the
 node computes at ``factor(D, M)`` of the node's rate:
 
-    factor = 1 / (1 + PAGE_FAULT_COST x (D - M) / D)
+    factor = 1 / (1 + cost x (D - M) / D)
 
 Each process touches its pages uniformly, so a fraction (D - M) / D of its touches find a page out and
-wait for it; ``PAGE_FAULT_COST`` is that wait over the compute it interrupts. 10 (stated, not measured:
-the paper gives no figure, only that "high or moderate page fault frequency in one node can drop parallel
-job performance drastically") halves a node whose demand is 11 % over its memory, and makes one 50 % over
-it six times slower.
+wait for it; ``cost`` is that wait over the compute it interrupts: a scenario's ``cluster.paging_cost``,
+by default ``PAGE_FAULT_COST``. 10 (stated, not measured: the paper gives no figure, only that "high or
+moderate page fault frequency in one node can drop parallel job performance drastically") halves a node
+whose demand is 11 % over its memory, and makes one 50 % over it six times slower; 0 turns the slowing
+off (a node over its memory computes at its rate).
 """
 
 from __future__ import annotations
 
-#: A page fault's wait over the compute between two of a process's touches of distinct pages.
+#: A page fault's wait over the compute between two of a process's touches of distinct pages: the default
+#: of ``cluster.paging_cost`` (the scenario field, testbed/scenario/model.py), and the one place it is set.
 PAGE_FAULT_COST = 10.0
+#: The largest ``cluster.paging_cost`` taken: a fault a million times its compute already stops a node
+#: that is 1 % over its memory (factor 1e-4), and larger costs only make factor() underflow.
+MAX_PAGING_COST = 1e6
 
 
-def factor(demand_mb: float, memory_mb: float | None) -> float:
+def factor(demand_mb: float, memory_mb: float | None, cost: float = PAGE_FAULT_COST) -> float:
     """The share of its rate a node computes at while its processes need ``demand_mb`` of its
-    ``memory_mb`` (1.0 when it fits, or when the node's memory is unknown)."""
+    ``memory_mb`` (1.0 when it fits, or when the node's memory is unknown), a page fault costing ``cost``
+    times the compute it interrupts."""
     if memory_mb is None or demand_mb <= memory_mb * (1 + 1e-12):
         return 1.0
-    return 1.0 / (1.0 + PAGE_FAULT_COST * (demand_mb - memory_mb) / demand_mb)
+    return 1.0 / (1.0 + cost * (demand_mb - memory_mb) / demand_mb)
 
 
-__all__ = ["PAGE_FAULT_COST", "factor"]
+__all__ = ["MAX_PAGING_COST", "PAGE_FAULT_COST", "factor"]

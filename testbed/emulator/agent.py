@@ -93,6 +93,9 @@ class NodeConfig:
     envelope: str = "auto"
     cfs_period_us: int = 100_000
     memory_mb: float | None = None
+    #: The paging model's page-fault cost (cluster.paging_cost): what the node_paging events' factor is
+    #: computed with; logged only, real processes are never slowed by it (_watch_memory).
+    paging_cost: float = paging.PAGE_FAULT_COST
     #: Every node's (cpu_rate, memory_mb), node i at index i, for the local policy (LocalPolicy.cluster);
     #: empty: not told.
     cluster: tuple[tuple[float, float | None], ...] = ()
@@ -566,7 +569,7 @@ class NodeAgent:
         if self.cfg.memory_mb is None:
             return
         demand = sum(st.memory_mb for st in self.procs.values() if st.running)
-        f = paging.factor(demand, self.cfg.memory_mb)
+        f = paging.factor(demand, self.cfg.memory_mb, self.cfg.paging_cost)
         if f != self._paging:
             self._paging = f
             self.events.emit(

@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from testbed.apps import registry as kinds
+from testbed.core import paging
 from testbed.core.clock import auto_tdf
 from testbed.core.kinds import ENVELOPE_KINDS, Fault, FaultKind, OnNodeDown
 from testbed.scenario.divisible import DivisibleTasks
@@ -196,6 +197,15 @@ class ClusterConfig(_Model):
     )
     memory_mb: float | None = Field(
         None, gt=0, description="memory per node for memory-aware allocation; null = not checked"
+    )
+    paging_cost: float = Field(
+        paging.PAGE_FAULT_COST,
+        ge=0,
+        le=paging.MAX_PAGING_COST,
+        description="the paging model's page-fault cost: a node whose running processes declare more "
+        "memory (D) than it has (M) computes at 1 / (1 + paging_cost x (D - M) / D) of its rate; 0 = no "
+        "slowing. Stated, not measured (testbed/core/paging.py; docs/policies.md, 'Paging, modelled'); "
+        "the simulator applies it, real processes only log it",
     )
     nodes_per_process: int = Field(
         8,

@@ -92,6 +92,12 @@ def _cases(tmp: Path) -> list[tuple[str, Path, list[str], str]]:
         ("unknown-field", tiny, ["--set", "cluster.nodez=4"], "cluster.nodez: unknown field; did you mean"),
         ("mpl-0", tiny, ["--set", "scheduler.params.mpl=0"], "scheduler.params.mpl: gang needs a whole"),
         (
+            "paging-cost-negative",
+            tiny,
+            ["--set", "cluster.paging_cost=-1"],
+            "cluster.paging_cost: Input should be greater than or equal to 0",
+        ),
+        (
             "quantum-0",
             tiny,
             ["--set", "scheduler.params.quantum_ms=0"],

@@ -43,9 +43,9 @@ def _slowdown(events) -> float:
     return last[SESSION_ELAPSED] / last[SESSION_IDEAL]
 
 
-def _run(scheduler: str, jobs, params=None):
+def _run(scheduler: str, jobs, params=None, **kw):
     info = [NodeInfo(1.0, 100.0), NodeInfo(1.0, 100.0)]
-    events = Simulation(jobs, registry.get(scheduler), params or {}, nodes=2, node_info=info).run()
+    events = Simulation(jobs, registry.get(scheduler), params or {}, nodes=2, node_info=info, **kw).run()
     return events, {r["job_id"]: r for r in results.job_rows(events)}
 
 
@@ -101,3 +101,39 @@ def test_a_memory_pool_that_could_hold_nothing_back_is_refused_in_one_line(clust
     doc["sweep"] = [{"name": "v", "set": {"scheduler.params": params}}]
     with pytest.raises(ScenarioError, match="memory_pool"):
         load(doc=doc)
+
+
+def test_the_scenario_s_paging_cost_defaults_to_the_model_s_and_reaches_the_simulation():
+    from testbed.emulator.agent import NodeConfig
+    from testbed.scenario import load
+    from testbed.sim.engine import _options
+
+    doc = {"name": "t", "cluster": {"nodes": 2, "memory_mb": 100}, "workload": {"jobs": [{"size": 2}]}}
+    node = NodeConfig("r", 0, "/", 1.0)
+    assert load(doc=doc).cluster.paging_cost == paging.PAGE_FAULT_COST == node.paging_cost
+    doc["cluster"]["paging_cost"] = 3
+    assert _options(load(doc=doc))["paging_cost"] == 3.0
+
+
+@pytest.mark.parametrize("cost", [0.0, 3.0, 10.0])
+def test_the_paging_cost_sets_the_factor_a_node_over_its_memory_computes_at(cost):
+    events, rows = _run("local", [_par(60.0), _user(50.0)], paging_cost=cost)
+    paged = [(e["demand_mb"], e["factor"]) for e in events if e["kind"] == ev.NODE_PAGING]
+    if cost == 0:
+        # No slowing, so no factor to log, and the job runs as if nothing declared memory.
+        _, plain = _run("local", [_par(0.0), _user(0.0)])
+        assert not paged and rows["par"]["execution_time"] == pytest.approx(plain["par"]["execution_time"])
+    else:
+        assert paged == [(110.0, 1 / (1 + cost * 10 / 110)), (60.0, 1.0)]
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan")])
+def test_a_bad_paging_cost_is_refused_in_one_line_naming_the_field(bad):
+    from testbed.scenario import ScenarioError, load
+
+    doc = {"name": "t", "cluster": {"nodes": 2, "paging_cost": bad}, "workload": {"jobs": [{"size": 2}]}}
+    with pytest.raises(ScenarioError) as exc:
+        load(doc=doc)
+    assert str(exc.value).count("\n") == 0 and "cluster.paging_cost: " in str(exc.value)
+    with pytest.raises(ValueError, match="paging_cost"):
+        Simulation([_par(60.0)], registry.get("local"), {}, nodes=2, paging_cost=bad)
