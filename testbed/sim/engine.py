@@ -447,12 +447,14 @@ class Simulation:
         fast_path: bool = True,
         wakeup_turn_s: float = 0.0,
         wakeup_crowd: int = 1,
+        paging_cost: float = paging.PAGE_FAULT_COST,
     ) -> None:
         """``sink(record)`` receives each event as it happens (e.g. a file, so that a run of millions of
         events, or an interrupted one, keeps its log without holding it); by default they are kept in
         :attr:`events`. ``node_info`` gives each node's rate and memory (a heterogeneous cluster); without
         it every node has ``cpu_rate`` and ``node_memory_mb``. ``fast_path=False`` runs every job rank by
-        rank (:class:`_Fluid`; the tests check that the two agree)."""
+        rank (:class:`_Fluid`; the tests check that the two agree). ``paging_cost``: the paging model's
+        page-fault cost (testbed/core/paging.py; a scenario's ``cluster.paging_cost``)."""
         _check_args(nodes, cpu_rate, latency_s, switch_skew_s, bandwidth_Bps)
         self.cpu_rate = float(cpu_rate)
         self.latency = float(latency_s)
@@ -477,6 +479,9 @@ class Simulation:
             _Node(n, scheduler.make_local(n, params, seed, info, node_info), float(info.rate), info.memory_mb)
             for n, info in enumerate(node_info)
         ]
+        if not 0 <= paging_cost <= paging.MAX_PAGING_COST:
+            raise ValueError(f"paging_cost: must be in 0..{paging.MAX_PAGING_COST:g}, got {paging_cost}")
+        self.paging_cost = float(paging_cost)
         # Paging is modelled only where some process declares memory and some node's is known.
         self._paging = any(j.spec.memory_mb > 0 for j in jobs) and any(i.memory_mb for i in node_info)
         # The head node (number ``nodes``, outside every policy's view) runs the jobs' head processes
@@ -759,7 +764,9 @@ class Simulation:
         rate = placed[0].rate
         if any(node.rate != rate for node in placed):
             return False  # ranks at different rates drift apart
-        if self._paging and any(paging.factor(job.spec.memory_mb, node.memory) < 1 for node in placed):
+        if self._paging and any(
+            paging.factor(job.spec.memory_mb, node.memory, self.paging_cost) < 1 for node in placed
+        ):
             return False  # alone on its nodes and still paging: the paging model runs rank by rank
         plan, ends_at_switch = self._fluid_plan(job, len(placed))
         if plan is None:
@@ -998,7 +1005,7 @@ class Simulation:
     def _page(self, node: _Node) -> None:
         """The paging model's factor for ``node`` from the memory of the processes allowed to run."""
         demand = sum(p.run.job.spec.memory_mb for p in node.procs.values() if p.allowed)
-        f = paging.factor(demand, node.memory)
+        f = paging.factor(demand, node.memory, self.paging_cost)
         if f != node.paging:
             node.paging = f
             self._emit(node.src, ev.NODE_PAGING, self.now, node=node.idx, demand_mb=demand,
@@ -1380,6 +1387,7 @@ def _options(scn: Scenario) -> dict[str, Any]:
         "on_node_down": scn.faults.on_node_down,
         "wall_limit_s": scn.wall_limit_s,
         **wakeup_options(scn),
+        "paging_cost": c.paging_cost,
     }
 
 
