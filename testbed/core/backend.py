@@ -95,6 +95,10 @@ class RealOutcome(Outcome):
     phases_s: dict[str, float] | None = None
     agent_priority: list | None = None
     session_priority: str | None = None
+    #: The run's control cgroup (emulator/mechanism/controlgroup.py), or "none: why".
+    control_group: str | None = None
+    #: CPU seconds the control plane used (the control cgroup's cpuacct), where there was one.
+    control_cpu_s: float | None = None
     envelope_note: str | None = None
     nodes_down: list[int] | None = None
     agent_hosts: list | None = None
@@ -108,6 +112,8 @@ class RealOutcome(Outcome):
             "phases_s": self.phases_s,
             "agent_priority": self.agent_priority,
             "session_priority": self.session_priority,
+            "control_group": self.control_group,
+            "control_cpu_s": self.control_cpu_s,
             "envelope_note": self.envelope_note,
             "nodes_down": self.nodes_down,
             "host_cores": host_cores(),

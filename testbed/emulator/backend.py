@@ -41,8 +41,9 @@ from testbed.core.interrupts import interruptible, interrupts_deferred
 from testbed.core.jobs import largest_message
 from testbed.emulator.actors import AT_RAY_NODE, AgentHost, CoordinatorActor
 from testbed.emulator.agent import WORKER_MODULES, NodeConfig
-from testbed.emulator.mechanism.envelope import quota_us
-from testbed.emulator.mechanism.priority import raise_session_group, restore_session_group
+from testbed.emulator.mechanism.controlgroup import ControlGroup
+from testbed.emulator.mechanism.envelope import EnvelopeUnavailable, probe_v1, quota_us
+from testbed.emulator.mechanism.priority import raise_session_group, restore_session_group, session_group_nice
 from testbed.janitor import RUN_ID_ENV, cleanup_run, start_janitor
 from testbed.monitoring import prometheus as prom
 from testbed.monitoring.prometheus import write_targets
@@ -173,12 +174,17 @@ class RayBackend:
         out = self.outcome
         out.run_id, out.phases_s = new_run_id(), {}
         self.marks = [("begin", time.monotonic())]
-        # The control plane (Ray, agents, fork servers: this session) must not weigh less than the nodes.
-        # Put back at the end, or by the janitor if this process is killed.
-        out.session_priority, old_nice = raise_session_group()
+        # The janitor first: from here on, whatever happens, it removes the run's cgroups. It stays where
+        # this process is now (not in the control cgroup below). It puts the session's autogroup back
+        # to what it is now, should the fallback below raise it and this process be killed.
+        old_nice = session_group_nice()
         janitor = start_janitor(
             out.run_id, [os.getpid()], run_dir=str(self.run_dir), session_nice=(os.getsid(0), old_nice)
         )
+        # The control plane (Ray, agents, coordinator, fork servers: this process's children) must not
+        # weigh less than the nodes, nor less than other work on the host: in a cgroup of the run's own
+        # (mechanism/controlgroup.py), which every process Ray starts inherits from this one.
+        old_nice = self._enter_control_group()
         # Every process Ray starts for this run (gcs_server, raylet, its agents, the actor workers) inherits
         # the run's mark, so the janitor finds and kills them too if this driver is killed: left alone they
         # linger 30-60 s. This process's own /proc environ is its start-up one: the janitor never sees it.
@@ -205,13 +211,61 @@ class RayBackend:
                     os.environ.pop(RUN_ID_ENV, None)
                 else:
                     os.environ[RUN_ID_ENV] = marked_before
-                cleanup_run(out.run_id)  # also whatever of Ray's outlived its shutdown
+                self._leave_control_group()
+                cleanup_run(out.run_id)  # also whatever of Ray's outlived its shutdown; the control cgroup
                 restore_session_group(old_nice)
                 janitor.terminate()
                 try:
                     janitor.wait(timeout=5)
                 except Exception:  # noqa: BLE001
                     janitor.kill()
+
+    def _enter_control_group(self) -> str | None:
+        """Move this process into the run's control cgroup; where that cannot be, say so loudly and raise
+        the session's autogroup instead (priority.raise_session_group: it raises the whole session,
+        whatever else runs in it). Returns the autogroup nice to put back, None if it was not raised."""
+        out = self.outcome
+        self.control: ControlGroup | None = None
+        try:
+            if self.joined:
+                raise EnvelopeUnavailable(
+                    "a joined Ray cluster's processes are started by its own hosts, not by this driver"
+                )
+            why = probe_v1()
+            if why is not None:
+                raise EnvelopeUnavailable(why)
+            ctl = ControlGroup(out.run_id)
+            try:
+                ctl.create()
+                ctl.join()
+            except OSError:
+                ctl.leave()  # joined one hierarchy and not the other: out again, or the janitor kills us
+                raise
+        except (EnvelopeUnavailable, OSError) as exc:
+            out.control_group = f"none: {exc}"
+            out.session_priority, old = raise_session_group()
+            self.hooks.notice(
+                f"WARNING: no control cgroup ({exc}); the control plane is raised only through this "
+                f"session's autogroup ({out.session_priority}): other work in this session is raised with "
+                "it, and a busy host can delay the agents and change a policy's decisions"
+            )
+            return old
+        self.control = ctl
+        out.control_group = ctl.note
+        out.session_priority = "in the control cgroup (autogroup not raised)"
+        return None
+
+    def _leave_control_group(self) -> None:
+        """Back to where this process was, so that the run's cgroups can go (and the janitor, which kills
+        what is in them, never finds this process there)."""
+        if self.control is not None:
+            out = self.outcome
+            try:
+                out.control_cpu_s = round(self.control.cpu_usage_s(), 3)
+            except OSError:
+                pass
+            self.control.leave()
+            self.control = None
 
     def _phase(self, text: str) -> None:
         # Start-up cost by phase, for the summary (start-up is a benchmarked figure).

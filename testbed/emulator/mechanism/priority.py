@@ -102,6 +102,16 @@ def raise_session_group(nice: int = -10) -> tuple[str, str | None]:
     return f"session group nice {nice}", old
 
 
+def session_group_nice() -> str | None:
+    """This session's autogroup nice now (what :func:`restore_session_group` puts back), None where there
+    is no autogroup."""
+    try:
+        with open("/proc/self/autogroup") as f:
+            return f.read().split()[-1]  # "/autogroup-11 nice 0"
+    except (OSError, IndexError):
+        return None
+
+
 def restore_session_group(old: str | None, pid: int | str = "self") -> bool:
     """Set the autogroup of ``pid``'s session back to ``old`` (from :func:`raise_session_group`)."""
     if old is None:
