@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from testbed.core import events as ev
-from testbed.core.jobs import Job, JobState
+from testbed.core.jobs import FINAL, Job, JobState
 from testbed.core.kinds import OnNodeDown
 from testbed.schedulers.base import Dispatch, GlobalAction, GlobalPolicy, Kill, Reject, Requeue, Start
 
@@ -94,6 +94,8 @@ class DecisionCore:
         self.open = len(self.jobs)  # jobs not in a final state
         #: Called with the seconds each policy call took (the coordinator's decision-time metric).
         self.on_decision: Callable[[float], None] | None = None
+        #: A session's id -> the same user's next session, arrived while it still ran (Job.after).
+        self._held: dict[str, str] = {}
         self._cap = policy.max_jobs_per_node()
         self._load = [0] * nodes  # running jobs holding each node (with a bounded capacity)
 
@@ -111,6 +113,12 @@ class DecisionCore:
             extra["owner_node"] = spec.owner_node
         self.emit(ev.JOB_SUBMITTED, now, job=job_id, size=spec.size, job_class=spec.job_class, **extra)
         if spec.owner_node is not None:
+            before = self.jobs.get(rec.job.after) if rec.job.after is not None else None
+            if before is not None and before.state not in FINAL:
+                # Its user is still in the previous session (slowed down past this one's drawn arrival):
+                # it starts when that one ends, not beside it.
+                self._held[before.job.job_id] = job_id
+                return
             self._start_owned(now, rec, spec.owner_node)
             return
         self._ask(now, self.policy.submit, spec)
@@ -151,6 +159,7 @@ class DecisionCore:
             self.emit(ev.JOB_FINISHED, now, job=job_id)
             if not _owned(rec):
                 self._ask(now, self.policy.finished, job_id)
+            self._start_held(now, job_id)
 
     def fail(self, now: float, job_id: str, reason: str) -> None:
         """The running job fails (a rank failed, could not start, or lost its node)."""
@@ -162,6 +171,7 @@ class DecisionCore:
         self._stop(rec, reason)
         if not self.ended and not _owned(rec):
             self._ask(now, self.policy.finished, job_id)
+        self._start_held(now, job_id)
 
     def node_down(self, now: float, node: int, reason: str) -> None:
         """``node`` failed (a scripted fault, or its agent died): the policy hears of it, then its jobs
@@ -319,6 +329,7 @@ class DecisionCore:
             rec.state = JobState.QUEUED
             self._final(rec, JobState.REJECTED)
             self.emit(ev.JOB_REJECTED, now, job=job_id, reason=why)
+            self._start_held(now, job_id)
             return
         rec.state, rec.nodes = JobState.RUNNING, (node,)
         rec.ranks_ok = set()
@@ -326,6 +337,14 @@ class DecisionCore:
         self.emit(ev.JOB_ADMITTED, now, job=job_id)
         self.emit(ev.JOB_STARTED, now, job=job_id, nodes=[node])
         self.backend.launch(rec.job, rec.nodes)
+
+    def _start_held(self, now: float, job_id: str) -> None:
+        """The next session of ``job_id``'s user, if it arrived while ``job_id`` ran: it starts now."""
+        nxt = self._held.pop(job_id, None)
+        if nxt is not None and not self.ended:
+            rec = self.jobs[nxt]
+            if rec.state == JobState.QUEUED:
+                self._start_owned(now, rec, rec.job.spec.owner_node)
 
     def _dispatch(self, now: float, d: Dispatch) -> None:
         bad = [n for n in d.allowed if not 0 <= n < self.nodes]

@@ -53,6 +53,10 @@ class Job:
     spec: JobSpec
     app: AppConfig
     wait: WaitSpec = field(default_factory=WaitSpec)
+    #: A local user's session (``spec.owner_node``): the id of the same user's previous session, which
+    #: must have ended before this one starts (the decision core holds it back until then: one user works
+    #: one session at a time); None: it starts as it arrives.
+    after: str | None = None
 
     @property
     def job_id(self) -> str:

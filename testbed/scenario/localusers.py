@@ -5,8 +5,14 @@ Each entry gives one local user to each node of ``nodes``, with ``count`` sessio
 another: the first arrives at ``start_s``, each next one an exponential gap (mean ``mean_gap_s``; 0: at
 once) after the previous one's length alone. A session's length is drawn from the paper's two-stage
 hyper-exponential (means 10 and 60 minutes, weights 0.6 and 0.4) times ``scale`` (0.01 by default: 6 and 36
-emulated seconds, so a run takes minutes, not hours). A session slowed down by the parallel jobs may still
-run when its successor arrives; the two then share the node as two of the owner's programs would.
+emulated seconds, so a run takes minutes, not hours). Arrivals are drawn from the lengths alone; a session
+slowed down by the parallel jobs may still run when its successor arrives. ``overlap`` says what then:
+``wait`` (the default) starts the successor when it ends, as one user working one session at a time (the
+decision core holds it back: ``Job.after``); ``share`` starts it as drawn, and the two share the node as
+two of the owner's programs would. With ``share`` and sessions back to back (no gap) every slowed session
+overlaps the next, which is slowed in turn: the sessions pile up on the node without bound, and where they
+declare memory they push it into paging, which slows them more (docs/measurements.md, "Paper 004, five
+seeds").
 
 The draws come from their own stream of the workload seed (entry i: ``(seed, LOCAL_STREAM, i)``), so adding
 local users changes no other job of the workload.
@@ -96,6 +102,11 @@ class LocalUsers(_Model):
     mean_gap_s: float = Field(
         0.0, ge=0, description="mean exponential gap between a session's length and the next arrival; 0: none"
     )
+    overlap: Literal["wait", "share"] = Field(
+        "wait",
+        description="a session that arrives while its user's previous one still runs (slowed down): wait = "
+        "it starts when that one ends (one session at a time); share = at once, beside it",
+    )
     session: SessionLengths = Field(default_factory=SessionLengths)
     job_class: str | None = Field(None, description="the sessions' class; null: cpu-user or xwin-user")
 
@@ -112,6 +123,12 @@ class LocalUsers(_Model):
 def session_id(entry: int, node: int, k: int) -> str:
     """Session k of entry ``entry``'s user on ``node``."""
     return f"u{entry}.n{node}.s{k}"
+
+
+def previous(job_id: str) -> str | None:
+    """The id of the same user's session before ``job_id`` (a :func:`session_id`), None for the first."""
+    user, _, k = job_id.rpartition(".s")
+    return f"{user}.s{int(k) - 1}" if int(k) > 0 else None
 
 
 def draw(users: list[LocalUsers], seed: int) -> list[tuple[str, int, float, float, LocalUsers]]:

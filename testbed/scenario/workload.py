@@ -24,6 +24,7 @@ from testbed.core.jobs import Job
 from testbed.scenario import lublin
 from testbed.scenario.divisible import draw as draw_divisible
 from testbed.scenario.localusers import draw as draw_local_users
+from testbed.scenario.localusers import previous as previous_session
 from testbed.scenario.model import LublinGenerator, Scenario
 from testbed.scenario.swf import TraceError
 from testbed.scenario.swf import read as read_trace
@@ -300,7 +301,8 @@ def _divisible(scn: Scenario, waits: _Waits) -> list[Job]:
 
 def _local_users(scn: Scenario, waits: _Waits) -> list[Job]:
     """Paper 004's local users' sessions: each a ``localuser`` job of one process on its owner's node, its
-    length drawn (testbed/scenario/localusers.py); the decision core starts it there as it arrives."""
+    length drawn (testbed/scenario/localusers.py); the decision core starts it there as it arrives, or,
+    under ``overlap: wait``, once the same user's previous session has ended (``Job.after``)."""
     out = []
     for job_id, node, submit, length, u in draw_local_users(scn.workload.local_users, scn.workload.seed):
         cfg = LocalUserConfig(profile=u.profile, session_s=max(length, 1e-3), node=node)
@@ -313,5 +315,6 @@ def _local_users(scn: Scenario, waits: _Waits) -> list[Job]:
             memory_mb=kinds.get(cfg.kind).memory_mb(cfg, 1),
             job_class=u.job_class or session_class(u.profile),
         )
-        out.append(_job(spec, plan, waits))
+        after = previous_session(job_id) if u.overlap == "wait" else None
+        out.append(dataclasses.replace(_job(spec, plan, waits), after=after))
     return out

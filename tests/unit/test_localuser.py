@@ -6,6 +6,7 @@ and their slowdown in the simulator and the results."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import subprocess
 import sys
@@ -294,3 +295,35 @@ def test_results_give_each_sessions_slowdown_and_leave_sessions_out_of_the_paral
     assert summary["mean_response_time_s"] == pytest.approx(par)
     assert not any(k.startswith(("session_elapsed", "session_ideal")) for k in summary)  # no rate of a time
     json.dumps(summary)
+
+
+@pytest.mark.parametrize("overlap", ["wait", "share"])
+def test_a_users_next_session_waits_for_the_previous_one_unless_told_to_share(overlap):
+    # Session 0 (3 s alone) beside a CPU-bound process takes 3 x 1.65 = 4.95 s; session 1 arrives at 3 s,
+    # its drawn time (session 0's length alone, no gap).
+    first = _session("u0.n1.s0", 1)
+    second = _session("u0.n1.s1", 1, t=3.0)
+    if overlap == "wait":
+        second = dataclasses.replace(second, after="u0.n1.s0")
+    _, events, rows = _simulate([_cpu_bound("par", 2, 30.0), first, second])
+    started = {e["job"]: e["t"] for e in events if e["kind"] == "job_started"}
+    assert rows["u0.n1.s0"]["final_state"] == rows["u0.n1.s1"]["final_state"] == results.FinalState.COMPLETED
+    if overlap == "wait":
+        # One session at a time: the second starts as the first ends, and runs as the first did.
+        assert started["u0.n1.s1"] == pytest.approx(3.0 * (2 * 0.65 + 0.35), rel=1e-6)
+        assert _slowdown(events, "u0.n1.s1") == pytest.approx(2 * 0.65 + 0.35, rel=1e-6)
+    else:
+        # Beside the first for 1.95 s: three processes share the node, so the second is slowed more.
+        assert started["u0.n1.s1"] == pytest.approx(3.0)
+        assert _slowdown(events, "u0.n1.s1") > 2 * 0.65 + 0.35 + 0.05
+
+
+def test_the_scenario_chains_each_users_sessions_under_overlap_wait_and_not_under_share():
+    users = [{"nodes": [0, 1], "count": 3}]
+    jobs = {j.job_id: j for j in workload.build(_scn(users, jobs=())) if j.spec.owner_node is not None}
+    assert {k: j.after for k, j in jobs.items()} == {
+        "u0.n0.s0": None, "u0.n0.s1": "u0.n0.s0", "u0.n0.s2": "u0.n0.s1",
+        "u0.n1.s0": None, "u0.n1.s1": "u0.n1.s0", "u0.n1.s2": "u0.n1.s1",
+    }  # fmt: skip
+    users[0]["overlap"] = "share"
+    assert all(j.after is None for j in workload.build(_scn(users, jobs=())) if j.spec.owner_node is not None)
