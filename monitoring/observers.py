@@ -82,6 +82,10 @@ class NodeMetricsObserver(_Served):
         self._last = (time.monotonic(), self._sample()[0])
 
     def event(self, rec: dict) -> None:
+        if "nodes" in rec and rec["kind"] in ev.GROUPED:  # one record for several ranks: each of them
+            for one in ev.per_node(rec):
+                self.event(one)
+            return
         kind = rec["kind"]
         if kind == ev.PROGRESS and rec["unit"] in SAMPLE_UNITS:  # one observation, not a running total
             self._samples.append((self._job_class.get(rec["job"]), rec["unit"], rec["value"]))

@@ -60,6 +60,15 @@ NODE_PAGING = "node_paging"
 RUN_INFO = "run_info"  # free-form facts about the run (tdf, envelope, priority obtained)
 RUN_ERROR = "run_error"  # error (one line), traceback: an exception that ended the run (policy, agent, ...)
 
+#: A record of these kinds with ``nodes`` (a list) in place of ``node`` stands for one record per node: of
+#: rank ``rank + i`` on ``nodes[i]`` (proc_started, proc_exited, progress), or of node ``nodes[i]``
+#: (slot_switch), each with the record's other fields and source ``node<N>`` (:func:`per_node`). The
+#: simulator logs so the ranks of a job run as one piece that do the same at the same instant (a lane,
+#: docs/architecture.md, "The simulator's job-level fast path"), and the nodes that one slot switch lets
+#: run the same jobs: one line where there were hundreds, which writing and reading the log paid for
+#: (docs/measurements.md, "The simulator at trace scale").
+GROUPED = frozenset({PROC_STARTED, PROC_EXITED, PROGRESS, SLOT_SWITCH})
+
 #: The reason a job is killed when the scenario's ``duration_s`` ends the run: the one kill that was planned.
 DURATION_REACHED = "scenario duration reached"
 #: Why a node went down when the scenario's ``faults.script`` took it down (its jobs' failures were planned).
@@ -108,6 +117,28 @@ def describe_error(exc: BaseException) -> str:
         parts = Path(f.filename).parts
         text += f" ({'/'.join(parts[-2:])}:{f.lineno} in {f.name})"
     return text
+
+
+def per_node(e: dict) -> list[dict]:
+    """The records that ``e`` stands for: one per node of a grouped record (:data:`GROUPED`), in order;
+    ``[e]`` for any other."""
+    nodes = e.get("nodes")
+    if nodes is None or e["kind"] not in GROUPED:
+        return [e]
+    base = {k: v for k, v in e.items() if k != "nodes"}
+    if e["kind"] == SLOT_SWITCH:
+        return [{**base, "src": f"node{n}", "node": n} for n in nodes]
+    first = e["rank"]
+    return [{**base, "src": f"node{n}", "rank": first + i, "node": n} for i, n in enumerate(nodes)]
+
+
+def per_node_all(events: Iterable[dict]) -> Iterator[dict]:
+    """``events`` with each grouped record replaced by the records it stands for (:func:`per_node`)."""
+    for e in events:
+        if "nodes" in e and e["kind"] in GROUPED:
+            yield from per_node(e)
+        else:
+            yield e
 
 
 class EventWriter:

@@ -30,6 +30,11 @@ from testbed.core.jobs import StrEnum
 from testbed.results.dedicated import Dedicated
 from testbed.scenario import ScenarioError, load
 
+#: Progress units whose every rank's record counts (a per-rank counter, or one observation each): a grouped
+#: record of them (ev.GROUPED) is read as the records it stands for. Other units keep a job's highest value,
+#: which one record of the same value gives.
+_PER_RANK = frozenset({*_DEADLINE_UNITS, FINISH_UNIT, *SAMPLE_UNITS})
+
 JOB_COLUMNS = [
     "job_id",
     "job_class",
@@ -205,11 +210,12 @@ class Tally:
                 self.local.add(e["job"])
         elif kind == ev.SLOT_SWITCH:
             if e.get("effect") is not None:
+                n = len(e["nodes"]) if "nodes" in e else 1  # a grouped record: its nodes' switches at once
                 s = self.switches.get(e["slot"])
                 if s is None:
-                    self.switches[e["slot"]] = [e["effect"], e["effect"], 1]
+                    self.switches[e["slot"]] = [e["effect"], e["effect"], n]
                 else:
-                    s[0], s[1], s[2] = min(s[0], e["effect"]), max(s[1], e["effect"]), s[2] + 1
+                    s[0], s[1], s[2] = min(s[0], e["effect"]), max(s[1], e["effect"]), s[2] + n
         elif kind == ev.SLOT_PLANNED:
             if e.get("rows"):
                 self.planned[0] += 1
@@ -225,7 +231,11 @@ class Tally:
                 self.paging_s += t - was[1]
             self.paging[e["node"]] = [e["factor"], t]
         elif kind == ev.PROGRESS:
-            self._progress(e, t)
+            if "nodes" in e and e.get("unit") in _PER_RANK:  # each rank counts its own
+                for one in ev.per_node(e):
+                    self._progress(one, t)
+            else:
+                self._progress(e, t)
         elif e.get("job") not in self.jobs:
             return
         elif kind == ev.JOB_STARTED:
@@ -240,9 +250,17 @@ class Tally:
             row["final_state"] = self._FINAL[kind]
             row["reason"] = e.get("reason", "") or ""
         elif kind == ev.PROC_EXITED and e.get("cpu_s") is not None:
-            self.cpu[e["job"]] += float(e["cpu_s"])
+            cpu_s = float(e["cpu_s"])
+            nodes = e.get("nodes")
+            if nodes is not None:  # a grouped record (ev.GROUPED): each rank's, added as its own would be
+                job = e["job"]
+                for n in nodes:
+                    self.cpu[job] += cpu_s
+                    self.cpu_by_node[n] += cpu_s
+                return
+            self.cpu[e["job"]] += cpu_s
             if e.get("node") is not None:
-                self.cpu_by_node[e["node"]] += float(e["cpu_s"])
+                self.cpu_by_node[e["node"]] += cpu_s
 
     def _rate_window(self, e: dict, t: float) -> None:
         w = self.rate_windows.setdefault(e["node"], [None, None, 0, 0])

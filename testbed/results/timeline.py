@@ -100,7 +100,12 @@ class _Builder:
         kind, t = e["kind"], e["t"]
         self.tl.end = max(self.tl.end, t)
         handler = self._HANDLERS.get(kind)
-        if handler is not None:
+        if handler is None:
+            return
+        if "nodes" in e and kind in ev.GROUPED:  # one record for several ranks or nodes: each of them
+            for one in ev.per_node(e):
+                handler(self, one, t)
+        else:
             handler(self, e, t)
 
     # ---- processes

@@ -467,7 +467,10 @@ class Simulation:
         #: Why the run stopped with jobs queued forever (a job wider than the nodes still up), if it did.
         self.never_started: str | None = None
         self.events: list[dict] = []
-        self._sink = sink if sink is not None else self.events.append
+        # A sink (the log file) takes the ranks of a lane and the nodes of a switch as grouped records
+        # (testbed/core/events.py, GROUPED); kept, each is kept as the records it stands for (what a test
+        # reads rank by rank).
+        self._sink = sink if sink is not None else self._keep
         self.coord = "coordinator"
         if node_info is None:
             node_info = (NodeInfo(self.cpu_rate, node_memory_mb),) * nodes
@@ -565,6 +568,12 @@ class Simulation:
 
     # ----------------------------------------------------------------------------------------------------
     # Event log
+
+    def _keep(self, record: dict) -> None:
+        if "nodes" in record and record["kind"] in ev.GROUPED:
+            self.events.extend(ev.per_node(record))
+        else:
+            self.events.append(record)
 
     def _emit(self, src: str, kind: str, t: float, **fields: Any) -> None:
         t = round(t, 9)
@@ -781,11 +790,31 @@ class Simulation:
         job_id = job.job_id
         f = _Fluid(job, placed, plan, self._delay(0), self.now, ends_at_switch)
         self.fluid[job_id] = f
-        for rank, node in enumerate(placed):
+        for node in placed:
             node.fluid[job_id] = f
-            self._emit(node.src, ev.PROC_STARTED, self.now, job=job_id, rank=rank, node=node.idx, pid=None)
+        self._emit_ranks(f, range(len(placed)), ev.PROC_STARTED, pid=None)
         self._fluid_set(f, running)
         return True
+
+    def _emit_ranks(self, f: _Fluid, ranks: Sequence[int], kind: str, **fields: Any) -> None:
+        """Logs the same record of each of ``f``'s ``ranks`` (in order) at once: one record with their
+        nodes for each run of consecutive ranks (testbed/core/events.py, GROUPED), the record of one rank
+        as a process's."""
+        nodes = f.nodes
+        i = 0
+        while i < len(ranks):
+            j = i + 1
+            while j < len(ranks) and ranks[j] == ranks[j - 1] + 1:
+                j += 1
+            first = ranks[i]
+            if j - i == 1:
+                node = nodes[first]
+                self._emit(node.src, kind, self.now, job=f.job.job_id, rank=first, node=node.idx, **fields)
+            else:
+                run = [nodes[r].idx for r in ranks[i:j]]
+                src = nodes[first].src
+                self._emit(src, kind, self.now, job=f.job.job_id, rank=first, nodes=run, **fields)
+            i = j
 
     def _all_pieces(self, jobs: Sequence[Job]) -> bool:
         """Whether every job of the run can run as one piece. Under gang, lockstep jobs run so only then:
@@ -858,44 +887,43 @@ class Simulation:
             if not said and lane.end is None:
                 continue
             f.told[i] = lane.said
-            for rank in f.ranks_of(i):
-                if rank in f.gone:
-                    continue
-                node = f.nodes[rank]
-                if said:
-                    self._emit(node.src, ev.PROGRESS, self.now, node=node.idx, job=job_id, rank=rank,
-                               unit=f.plan.unit, value=said)  # fmt: skip
-                if lane.end is not None:
-                    self._fluid_gone(f, rank, 0, None)
-                    self._exits.append((job_id, rank))
+            # A lane's ranks do the same at this instant: one record for them all (each rank's Progress
+            # then its end, rank by rank, before).
+            ranks = [r for r in f.ranks_of(i) if r not in f.gone] if f.gone else f.ranks_of(i)
+            if said:
+                self._emit_ranks(f, ranks, ev.PROGRESS, unit=f.plan.unit, value=said)
+            if lane.end is not None:
+                self._fluid_gone(f, ranks, 0, None)
+                self._exits.extend((job_id, rank) for rank in ranks)
         if len(f.gone) == len(f.nodes):
             f.running = False
             del self.fluid[job_id]
         elif f.running:
             self._push(f.next_shown(), _FLUID_END, f, f.ver)
 
-    def _fluid_gone(self, f: _Fluid, rank: int, code: int, reason: str | None) -> None:
-        """Takes ``f``'s rank off its node and logs its end, as :meth:`_ended` logs a process's."""
-        node = f.nodes[rank]
-        f.gone.add(rank)
-        del node.fluid[f.job.job_id]
-        cpu_s = f.lane_of(rank).cpu * f.rate
-        self._emit(node.src, ev.PROC_EXITED, self.now, job=f.job.job_id, rank=rank, node=node.idx,
-                   code=code, cpu_s=cpu_s, reason=reason)  # fmt: skip
+    def _fluid_gone(self, f: _Fluid, ranks: Sequence[int], code: int, reason: str | None) -> None:
+        """Takes ``f``'s ``ranks`` (of one lane) off their nodes and logs their ends, as :meth:`_ended`
+        logs a process's."""
+        job_id = f.job.job_id
+        for rank in ranks:
+            f.gone.add(rank)
+            del f.nodes[rank].fluid[job_id]
+        if ranks:
+            cpu_s = f.lane_of(ranks[0]).cpu * f.rate
+            self._emit_ranks(f, ranks, ev.PROC_EXITED, code=code, cpu_s=cpu_s, reason=reason)
 
     def _fluid_exit(self, f: _Fluid, code: int, reason: str | None) -> None:
         """Ends ``f`` (stopped): its live ranks' ends are logged, none is handed to the core."""
         f.ver += 1
         del self.fluid[f.job.job_id]
-        for rank in range(len(f.nodes)):
-            if rank not in f.gone:
-                self._fluid_gone(f, rank, code, reason)
+        for i in range(len(f.lanes)):
+            self._fluid_gone(f, [r for r in f.ranks_of(i) if r not in f.gone], code, reason)
 
     def _fluid_node_down(self, node: _Node, reason: str) -> None:
         """The ranks on ``node`` of jobs on the fast path die with it (the core then ends their jobs)."""
         for f in list(node.fluid.values()):
             f.sync(self.now)
-            self._fluid_gone(f, f.nodes.index(node), -9, f"killed: {reason}")
+            self._fluid_gone(f, [f.nodes.index(node)], -9, f"killed: {reason}")
 
     def _on_fault(self, node: int, what: FaultKind) -> None:
         if what == FaultKind.UP:
@@ -1092,6 +1120,10 @@ class Simulation:
             if not queue:
                 del self._slots_pushed[self.now]
         fluid: dict[str, tuple[_Fluid, bool]] = {}
+        # The nodes that log this switch, by the jobs it lets them run: one record for each such set
+        # (testbed/core/events.py, GROUPED), not one per node (one slot of 1,000 nodes, 1,000 lines). Where
+        # the policy wants each quantum's CPU use, the node's reports follow its own record, as before.
+        grouped: dict[frozenset[str], list[int]] | None = None if self._util else {}
         for node, allowed in switches:
             node.slot_allowed = allowed
             if by_slot and node.fluid:
@@ -1106,21 +1138,36 @@ class Simulation:
                 node.pending_slot = SlotStart(slot, allowed)
                 if not node.fluid:
                     continue
+            if grouped is not None:
+                grouped.setdefault(allowed, []).append(node.idx)
+            else:
+                self._emit(
+                    node.src,
+                    ev.SLOT_SWITCH,
+                    self.now,
+                    node=node.idx,
+                    slot=slot,
+                    at=at,
+                    effect=self.now,
+                    late_ms=late_ms,
+                    jobs=sorted(allowed),
+                )
+                self._report_utilization(node)
+            if not lazy:
+                self._feed(node, SlotStart(slot, allowed))
+        for allowed, idx in (grouped or {}).items():
+            where = {"node": idx[0]} if len(idx) == 1 else {"nodes": idx}
             self._emit(
-                node.src,
+                f"node{idx[0]}",
                 ev.SLOT_SWITCH,
                 self.now,
-                node=node.idx,
+                **where,
                 slot=slot,
                 at=at,
                 effect=self.now,
                 late_ms=late_ms,
                 jobs=sorted(allowed),
             )
-            if self._util:
-                self._report_utilization(node)
-            if not lazy:
-                self._feed(node, SlotStart(slot, allowed))
         for f, running in fluid.values():
             self._fluid_set(f, running, pushed)
 

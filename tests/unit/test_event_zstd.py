@@ -63,7 +63,8 @@ def test_the_default_log_is_plain_and_zstd_gives_the_same_run(tmp_path, small_fr
     assert (packed / "events.jsonl.zst").is_file() and not (packed / "events.jsonl").exists()
     assert ev.find_log(plain) == plain / "events.jsonl" and ev.find_log(packed) == packed / "events.jsonl.zst"
     events = list(ev.read_jsonl(plain / "events.jsonl"))
-    assert len(events) > 300 and {e["kind"] for e in events} >= {
+    # (230 lines: a switch's nodes that run the same jobs share one, testbed/core/events.py GROUPED)
+    assert len(events) > 200 and {e["kind"] for e in events} >= {
         ev.SLOT_SWITCH,
         ev.NODE_DOWN,
         ev.JOB_REQUEUED,

@@ -14,9 +14,11 @@ from testbed.schedulers.batch import Batch
 from testbed.schedulers.gang import Gang
 from testbed.schedulers.local import Local
 
+from testbed.core import events as ev
 from testbed.core.jobs import Job, WaitSpec
 from testbed.core.kinds import Fault, FaultKind, OnNodeDown
-from testbed.results.summary import job_rows
+from testbed.results import timeline
+from testbed.results.summary import job_rows, tally
 from testbed.sim.engine import Simulation, _FastPath
 
 REL = 1e-9
@@ -211,3 +213,30 @@ def test_lockstep_jobs_under_gang(quantum_ms):
     assert [p[:3] for p in fp] == [p[:3] for p in sp] and len(fp) > 100
     assert all(close(a[3], b[3]) for a, b in zip(fp, sp, strict=True))
     assert fsim._seq < ssim._seq / 3, (fsim._seq, ssim._seq)
+
+
+@pytest.mark.parametrize(
+    "sched,params", [(Batch, {"backfill": True}), (Gang, {"mpl": 3, "quantum_ms": 900.0})]
+)
+def test_grouped_records_stand_for_each_ranks(sched, params):
+    """A log written through a sink (the runner's file) has one record for a lane's ranks and one for the
+    nodes a switch lets run the same jobs (testbed/core/events.py, GROUPED): read back as the records they
+    stand for, they are the log kept rank by rank, and the results, the timeline and the monitoring
+    observer read them alike."""
+    jobs = workload(40, 8, seed=7, barrier_every=1)
+    kept = Simulation(jobs, sched, params, nodes=8)
+    kept.run()
+    grouped: list[dict] = []
+    Simulation(jobs, sched, params, nodes=8, sink=grouped.append).run()
+    assert any("nodes" in e and e["kind"] in ev.GROUPED for e in grouped)
+    assert len(grouped) < len(kept.events) * 0.75, (len(grouped), len(kept.events))  # jobs of 1-8 ranks
+    assert list(ev.per_node_all(grouped)) == kept.events
+    assert job_rows(grouped) == job_rows(kept.events)
+    a, b = tally(grouped), tally(kept.events)
+    assert (dict(a.cpu), dict(a.cpu_by_node), a.switches, a.progress) == (
+        dict(b.cpu),
+        dict(b.cpu_by_node),
+        b.switches,
+        b.progress,
+    )
+    assert timeline.build(grouped, 8) == timeline.build(kept.events, 8)
