@@ -119,6 +119,20 @@ def test_easy_backfill_only_short_jobs_when_the_spare_nodes_are_needed():
     assert p.finished(10, "A") == [Start("B", (0, 1, 2, 3, 4))]
 
 
+def test_easy_backfill_holds_the_nodes_freed_by_the_shadow_time_first():
+    """EASY's extra nodes (free at the shadow time beyond the head's size) may go to a long job: the head
+    holds the nodes freed by then first, not its packed block, which held a free node here (2, 3, 4)."""
+    p = policy(6, backfill=True)
+    assert p.submit(0, spec("A", 2, estimate=100)) == [Start("A", (0, 1))]
+    assert p.submit(0, spec("X", 2, estimate=1)) == [Start("X", (2, 3))]
+    assert p.submit(0, spec("B", 2, estimate=10)) == [Start("B", (4, 5))]
+    assert p.finished(1, "X") == []
+    assert p.submit(1, spec("H", 3, estimate=10)) == []  # at t=10: nodes 2, 3 and B's 4, 5; one extra
+    assert p.submit(1, spec("L", 1, estimate=100)) == [Start("L", (3,))]  # holds no node H needs
+    assert p.submit(1, spec("M", 1, estimate=100)) == []  # a second one would delay H
+    assert p.finished(10, "B") == [Start("H", (2, 4, 5))]  # H not delayed
+
+
 def test_no_backfill_past_a_running_job_without_estimate():
     p = policy(4, backfill=True)
     p.submit(0, spec("A", 3))  # no estimate: may never end
