@@ -161,6 +161,21 @@ class DecisionCore:
                 self._ask(now, self.policy.finished, job_id)
             self._start_held(now, job_id)
 
+    def ranks_exited(self, now: float, job_id: str, ranks: Sequence[int]) -> None:
+        """Processes of a running job ended by themselves, cleanly, at once: :meth:`rank_exited` of each,
+        in one call (a simulated job run as one piece ends its lane's ranks together: 677 a job on
+        average in benchmarks/sim_scale.py's 100,000-job run)."""
+        rec = self.jobs.get(job_id)
+        if rec is None or rec.state != JobState.RUNNING:
+            return
+        rec.ranks_ok.update(ranks)
+        if len(rec.ranks_ok) == rec.job.processes_on(len(rec.nodes)):
+            self._final(rec, JobState.FINISHED)
+            self.emit(ev.JOB_FINISHED, now, job=job_id)
+            if not _owned(rec):
+                self._ask(now, self.policy.finished, job_id)
+            self._start_held(now, job_id)
+
     def fail(self, now: float, job_id: str, reason: str) -> None:
         """The running job fails (a rank failed, could not start, or lost its node)."""
         rec = self.jobs.get(job_id)

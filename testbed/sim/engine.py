@@ -57,6 +57,7 @@ from testbed.core.jobs import FINAL, Job
 from testbed.core.kinds import Fault, FaultKind, OnNodeDown
 from testbed.schedulers import registry
 from testbed.schedulers.base import (
+    ClusterInfo,
     CollectiveEnter,
     CollectiveLeave,
     CoopEvent,
@@ -478,8 +479,9 @@ class Simulation:
             raise ValueError(f"node_info: needs one NodeInfo per node ({nodes}), got {len(node_info)}")
         self.gp: GlobalPolicy = scheduler.make_global(nodes, params, seed, node_info)
         self._util = bool(type(self.gp).wants_utilization)
+        cluster = ClusterInfo(node_info)  # checked once, not once per node
         self.nodes = [
-            _Node(n, scheduler.make_local(n, params, seed, info, node_info), float(info.rate), info.memory_mb)
+            _Node(n, scheduler.make_local(n, params, seed, info, cluster), float(info.rate), info.memory_mb)
             for n, info in enumerate(node_info)
         ]
         if not 0 <= paging_cost <= paging.MAX_PAGING_COST:
@@ -526,7 +528,8 @@ class Simulation:
         self._nonperiodic = 0  # non-periodic events in the heap
         self._dirty: dict[int, _Node] = {}
         self._pending_nodes: dict[int, _Node] = {}  # nodes with local events to feed
-        self._exits: deque[tuple[str, int]] = deque()  # (job, rank) that ended by themselves, for the core
+        # (job, ranks) that ended by themselves, for the core: one rank of a process, a lane's of a piece
+        self._exits: deque[tuple[str, Sequence[int]]] = deque()
         # The wall limit inside _advance, where a process's operations that take no time (steps of at most
         # EPS of CPU, messages already arrived) run without a heap event: the real time by which the run
         # must end (set by run()), the operations advanced so far (the clock is read every 1,024), and
@@ -894,7 +897,7 @@ class Simulation:
                 self._emit_ranks(f, ranks, ev.PROGRESS, unit=f.plan.unit, value=said)
             if lane.end is not None:
                 self._fluid_gone(f, ranks, 0, None)
-                self._exits.extend((job_id, rank) for rank in ranks)
+                self._exits.append((job_id, ranks))
         if len(f.gone) == len(f.nodes):
             f.running = False
             del self.fluid[job_id]
@@ -946,8 +949,8 @@ class Simulation:
                 self._drain(self._pending_nodes.pop(n))
                 continue
             if self._exits:
-                job_id, rank = self._exits.popleft()
-                self.core.rank_exited(self.now, job_id, rank, ok=True)
+                job_id, ranks = self._exits.popleft()
+                self.core.ranks_exited(self.now, job_id, ranks)
                 if self.core.jobs[job_id].state in FINAL:
                     self.runs.pop(job_id, None)
                 continue
@@ -1403,7 +1406,7 @@ class Simulation:
         self._ended(p, 0, None)
         node.queue.append(ProcExited(p.proc))
         self._pending_nodes[node.idx] = node
-        self._exits.append((p.proc.job_id, p.rank))
+        self._exits.append((p.proc.job_id, (p.rank,)))
 
 
 def network_options(scn: Scenario) -> dict[str, Any]:
