@@ -16,7 +16,7 @@ import pytest
 
 from testbed import janitor
 from testbed.emulator.mechanism import envelope as envmod
-from testbed.emulator.mechanism.controlgroup import CONTROL_SHARES, ControlGroup
+from testbed.emulator.mechanism.controlgroup import CONTROL_SHARES, HOST_SHARES, ControlGroup
 from testbed.janitor import cleanup_run, start_janitor
 
 from ..conftest import requires
@@ -83,9 +83,18 @@ def test_a_process_in_the_control_group_is_weighted_and_its_children_are_born_th
     cpu = ctl.dirs["cpu"]
     rel = cpu[len(ctl.mounts["cpu"]) :]
     assert rel == f"/testbed/{run_id}/control"
-    for d in (os.path.dirname(os.path.dirname(cpu)), os.path.dirname(cpu), cpu):
+    for d, shares in (
+        (os.path.dirname(os.path.dirname(cpu)), HOST_SHARES),
+        (os.path.dirname(cpu), HOST_SHARES),
+        (cpu, CONTROL_SHARES),
+    ):
         with open(os.path.join(d, "cpu.shares")) as f:
-            assert int(f.read()) == CONTROL_SHARES, d
+            assert int(f.read()) == shares, d
+    # A node made after it (by an agent) does not lower its ancestors' weight.
+    node = envmod.CgroupV1Envelope(run_id, 0, 1.0, 4.0)
+    node.create()
+    with open(os.path.join(os.path.dirname(cpu), "cpu.shares")) as f:
+        assert int(f.read()) == HOST_SHARES
     has_rt = os.path.exists(os.path.join(cpu, "cpu.rt_runtime_us"))
     if has_rt:
         with open(os.path.join(cpu, "cpu.rt_runtime_us")) as f:

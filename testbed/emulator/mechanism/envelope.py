@@ -29,7 +29,9 @@ or 6 busy processes, and beside 2 busy nice -10 ones. Not the kernel's maximum (
 nodes also beat the control plane's own threads (nice -10, at 9548), and a gang slot's dispatch, sent
 235 ms real ahead, reached its node late in 16-174 of ~400 switches per run (gang skew p99 4-50 ms
 instead of 0.4-0.7 ms with 1024 or 10240; quickstart, 2-core host). Every run sets the same weight, so
-concurrent runs share as equals.
+concurrent runs share as equals. Where the run's control plane sits in its own cgroup under
+testbed/<run_id> (controlgroup.py), the driver raises both to controlgroup.HOST_SHARES first, and a node
+never lowers them (:func:`raise_shares`).
 
 The ``none`` envelope only tracks pids: the CPU rate is then whatever the host gives, which the caller
 must say loudly in the report (``Envelope.note``).
@@ -168,6 +170,14 @@ def _makedirs(path: str) -> None:
         except FileNotFoundError:
             continue
     os.makedirs(path, exist_ok=True)
+
+
+def raise_shares(d: str, shares: int) -> None:
+    """Set ``d``'s cpu.shares to at least ``shares``, never lower: the run's control cgroup raises
+    testbed/ and testbed/<run_id> to controlgroup.HOST_SHARES before the agents make their nodes."""
+    f = os.path.join(d, "cpu.shares")
+    if int(_read(f)) < shares:
+        _write(f, str(shares))
 
 
 def rmdir_up(path: str, stop_at: str) -> list[str]:
@@ -427,7 +437,7 @@ class CgroupV1Envelope(_V1ProcsFiles, Envelope):
             _makedirs(d)
         run_dir = os.path.dirname(self.dirs["cpu"])
         for d in (os.path.dirname(run_dir), run_dir):  # testbed/, testbed/<run_id>: see the module doc
-            _write(os.path.join(d, "cpu.shares"), str(SHARES_V1))
+            raise_shares(d, SHARES_V1)
         _write(os.path.join(self.dirs["cpu"], "cpu.cfs_period_us"), str(self.period_us))
         _write(os.path.join(self.dirs["cpu"], "cpu.cfs_quota_us"), str(self.quota_us))
 

@@ -87,7 +87,11 @@ def raise_session_group(nice: int = -10) -> tuple[str, str | None]:
     5.6 ms in one of 3 runs on a busy host). At nice -10 (9548) it competes with the nodes as an equal,
     and both far outweigh other sessions. Where no autogroup applies (autogroups off, or a session left in
     the root group: the file reads empty, as in CI), each process weighs as itself, the agents' threads at
-    nice -10: nothing to raise. Never raises."""
+    nice -10: nothing to raise. Never raises.
+
+    Now only the fallback where the run's control cgroup cannot be made (mechanism/controlgroup.py; the
+    driver says so loudly): the autogroup raises every process of the session, and a busy loop started
+    from the same shell as the run is raised with the control plane."""
     path = "/proc/self/autogroup"
     try:
         with open(path) as f:
