@@ -50,7 +50,7 @@ class BatchGlobal(FcfsQueue):
     def finished(self, now: float, job_id: str) -> list[GlobalAction]:
         placed = self.running.pop(job_id, None)
         if placed is not None:
-            self.free.update(n for n in placed[0] if n not in self.down)
+            self.free.update(placed[0] if not self.down else [n for n in placed[0] if n not in self.down])
         else:  # ended while still queued (killed, failed)
             self.queue = [j for j in self.queue if j.job_id != job_id]
         return self._schedule(now)
@@ -85,36 +85,40 @@ class BatchGlobal(FcfsQueue):
         return actions
 
     def _reservation(self, now: float) -> tuple[float, set[int]]:
-        """EASY: the earliest time the head can start by the running jobs' estimates, and the nodes held
-        for it until then. Jobs that overran their estimate are taken to end now.
+        """EASY: the earliest time the head can start by the running jobs' estimates, and the free nodes
+        held for it until then. Jobs that overran their estimate are taken to end now.
 
         The nodes freed by then are held first, the free nodes only for the rest: busy nodes cannot be
         backfilled anyway, so the free nodes left over are EASY's extra nodes (those free at the shadow
         time beyond the head's size), as many as its definition lets a long job take. Holding the head's
         packed block instead held free nodes that a later job could have had without delaying the head
         (+0.26 % mean wait on the NASA trace against the count-based reference; docs/measurements.md, "The
-        simulator at trace scale"). Where the head starts is decided when it starts, not here."""
+        simulator at trace scale"). Where the head starts is decided when it starts, not here. Only the
+        free nodes held are returned: the busy ones are never free before the shadow time, so no later
+        job's choice depends on which they are."""
         head = self.queue[0]
-        avail = len(self._free_for(head))
+        free = self._free_for(head)
+        avail = len(free)
         shadow = now
-        freed_later: list[int] = []
+        freed_later = 0
         for _job_id, (nodes, end) in sorted(self.running.items(), key=lambda kv: (kv[1][1], kv[0])):
             if avail >= head.size:
                 break
             shadow = max(shadow, end)
-            fit = self._free_for(head, set(nodes))
-            avail += len(fit)
-            freed_later.extend(sorted(fit))
-        if len(freed_later) >= head.size:
-            return shadow, set(sorted(freed_later)[: head.size])
-        rest = head.size - len(freed_later)
-        return shadow, {*freed_later, *sorted(self._free_for(head))[:rest]}
+            fit = len(nodes) if self.mem.alike else len(self._free_for(head, set(nodes)))
+            avail += fit
+            freed_later += fit
+        rest = head.size - freed_later
+        return shadow, set(sorted(free)[:rest]) if rest > 0 else set()
 
     def _backfill(self, now: float) -> list[GlobalAction]:
-        shadow, reserved = self._reservation(now)
+        if min(j.size for j in self.queue[1:]) > len(self.free):
+            return []  # no later job fits on the free nodes: the reservation need not be worked out
+        shadow, held = self._reservation(now)
         if math.isinf(shadow):
             return []  # the head waits on a job of unknown length: nothing may pass it
         actions: list[GlobalAction] = []
+        spare: set[int] | None = None  # the free nodes not held (on alike nodes: kept as jobs start)
         for job in list(self.queue[1:]):
             free = self._free_for(job)
             if job.size > len(free):
@@ -123,18 +127,26 @@ class BatchGlobal(FcfsQueue):
             if ends_in_time:
                 # Free nodes held for the head first: they are free again by the shadow time, and the
                 # extra nodes stay free for a long job (EASY lets one take them).
-                held = free & reserved
-                if job.size <= len(held):
-                    nodes = self._allocate(held, job.size)
+                mine = held if self.mem.alike else free & held
+                if job.size <= len(mine):
+                    nodes = self._allocate(mine, job.size)
                 else:
-                    nodes = tuple(sorted(held.union(self._allocate(free - held, job.size - len(held)))))
+                    nodes = tuple(sorted(mine.union(self._allocate(free - mine, job.size - len(mine)))))
             else:
-                spare = free - reserved
-                if job.size > len(spare):
+                if not self.mem.alike:
+                    own = free - held
+                else:
+                    if spare is None:
+                        spare = free - held
+                    own = spare
+                if job.size > len(own):
                     continue
-                nodes = self._allocate(spare, job.size)
+                nodes = self._allocate(own, job.size)
             self.queue.remove(job)
             actions.append(self._start(now, job, nodes))
+            held.difference_update(nodes)
+            if spare is not None:
+                spare.difference_update(nodes)
         return actions
 
 

@@ -13,15 +13,26 @@ from .params import PolicyParams, param
 
 
 def contiguous_block(free: Sequence[int], size: int) -> tuple[int, ...] | None:
-    """The lowest-numbered run of ``size`` consecutive node numbers in ``free`` (sorted), or None."""
+    """The lowest-numbered run of ``size`` consecutive node numbers in ``free`` (sorted, distinct), or
+    None. ``free[i] - i`` is the same along a run and grows from one run to the next, so a window of
+    ``size`` that is not one run is left for the start of the run holding its last node, found by
+    bisection: a few steps a run, not one a node (10,000 nodes, 100,000 jobs: benchmarks/sim_scale.py)."""
     if size <= 0:
         return ()
-    run_start = 0
-    for i in range(len(free)):
-        if i > 0 and free[i] != free[i - 1] + 1:
-            run_start = i
-        if i - run_start + 1 == size:
-            return tuple(free[run_start : i + 1])
+    s = 0
+    while s + size <= len(free):
+        e = s + size - 1
+        top = free[e] - e
+        if free[s] - s == top:
+            return tuple(free[s : e + 1])
+        lo, hi = s + 1, e  # the run holding e starts in (s, e]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if free[mid] - mid == top:
+                hi = mid
+            else:
+                lo = mid + 1
+        s = lo
     return None
 
 

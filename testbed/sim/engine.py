@@ -250,14 +250,22 @@ class _Fluid:
     gang, a lane's end) with the same arithmetic as rank by rank, each change one heap event at most,
     none per rank, step, barrier or message."""
 
-    __slots__ = ("job", "nodes", "rate", "plan", "delay", "lanes", "running", "ver", "gone", "ends_at_switch",
-                 "told")  # fmt: skip
+    __slots__ = ("job", "nodes", "ids", "rate", "plan", "delay", "lanes", "running", "ver", "gone",
+                 "ends_at_switch", "told")  # fmt: skip
 
     def __init__(
-        self, job: Job, nodes: list[_Node], plan: Lockstep, delay: float, now: float, ends_at_switch: bool
+        self,
+        job: Job,
+        nodes: list[_Node],
+        plan: Lockstep,
+        delay: float,
+        now: float,
+        ends_at_switch: bool,
+        ids: Sequence[int] | None = None,
     ) -> None:
         self.job = job
         self.nodes = nodes  # rank r runs on nodes[r]
+        self.ids: Sequence[int] = [node.idx for node in nodes] if ids is None else ids  # their numbers
         self.rate = nodes[0].rate
         self.plan = plan
         self.delay = delay  # an empty message's time on the link
@@ -506,6 +514,10 @@ class Simulation:
             self._fast is _FastPath.BY_SLOT and self._all_pieces(jobs)
         )
         self.fluid: dict[str, _Fluid] = {}  # the running jobs on the fast path
+        # Each node's pieces (_Node.fluid) are read by a slot switch (gang) and a node going down only: a
+        # run with neither keeps none (a job of 677 ranks, two dict changes a rank, 100,000 times).
+        self._node_fluid = self._fast is _FastPath.BY_SLOT or bool(faults)
+        self._one_rate = all(node.rate == self.nodes[0].rate for node in self.nodes)
         # Under gang, when each slot switch still to come was pushed, by its time (:meth:`_on_fluid_end`).
         self._slots_pushed: dict[float, deque[float]] = {}
         self._tick_at: float | None = None
@@ -772,9 +784,9 @@ class Simulation:
         """Starts ``job`` as one piece if it can run so; False when it must run rank by rank."""
         if job.kind.head:
             return False
-        placed = [self.nodes[n] for n in nodes]
+        placed = list(map(self.nodes.__getitem__, nodes))
         rate = placed[0].rate
-        if any(node.rate != rate for node in placed):
+        if not self._one_rate and any(node.rate != rate for node in placed):
             return False  # ranks at different rates drift apart
         if self._paging and any(
             paging.factor(job.spec.memory_mb, node.memory, self.paging_cost) < 1 for node in placed
@@ -791,10 +803,11 @@ class Simulation:
             if any((job.job_id in node.slot_allowed) != running for node in placed):
                 return False
         job_id = job.job_id
-        f = _Fluid(job, placed, plan, self._delay(0), self.now, ends_at_switch)
+        f = _Fluid(job, placed, plan, self._delay(0), self.now, ends_at_switch, nodes)
         self.fluid[job_id] = f
-        for node in placed:
-            node.fluid[job_id] = f
+        if self._node_fluid:
+            for node in placed:
+                node.fluid[job_id] = f
         self._emit_ranks(f, range(len(placed)), ev.PROC_STARTED, pid=None)
         self._fluid_set(f, running)
         return True
@@ -804,6 +817,11 @@ class Simulation:
         nodes for each run of consecutive ranks (testbed/core/events.py, GROUPED), the record of one rank
         as a process's."""
         nodes = f.nodes
+        if type(ranks) is range and len(ranks) > 1:  # a lane's ranks, none gone: one run (its nodes' slice)
+            run = list(f.ids[ranks.start : ranks.stop])
+            src = nodes[ranks.start].src
+            self._emit(src, kind, self.now, job=f.job.job_id, rank=ranks.start, nodes=run, **fields)
+            return
         i = 0
         while i < len(ranks):
             j = i + 1
@@ -814,7 +832,7 @@ class Simulation:
                 node = nodes[first]
                 self._emit(node.src, kind, self.now, job=f.job.job_id, rank=first, node=node.idx, **fields)
             else:
-                run = [nodes[r].idx for r in ranks[i:j]]
+                run = [f.ids[r] for r in ranks[i:j]]
                 src = nodes[first].src
                 self._emit(src, kind, self.now, job=f.job.job_id, rank=first, nodes=run, **fields)
             i = j
@@ -908,9 +926,10 @@ class Simulation:
         """Takes ``f``'s ``ranks`` (of one lane) off their nodes and logs their ends, as :meth:`_ended`
         logs a process's."""
         job_id = f.job.job_id
-        for rank in ranks:
-            f.gone.add(rank)
-            del f.nodes[rank].fluid[job_id]
+        f.gone.update(ranks)
+        if self._node_fluid:
+            for rank in ranks:
+                del f.nodes[rank].fluid[job_id]
         if ranks:
             cpu_s = f.lane_of(ranks[0]).cpu * f.rate
             self._emit_ranks(f, ranks, ev.PROC_EXITED, code=code, cpu_s=cpu_s, reason=reason)
