@@ -40,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from testbed.emulator.mechanism.hostmem import page_reporting_note
+
 ROOT = Path(__file__).resolve().parents[1]
 NODES = 16
 ITERATIONS, GCOMP = 40, 50.0
@@ -282,8 +284,12 @@ def main() -> None:
     t0, (idle0, total0) = time.monotonic(), cpu_idle()
     say(f"fidelity benchmark: {NODES} nodes, {time.strftime('%Y-%m-%dT%H:%M:%S')}, default CFS period "
         f"{default_period:g} ms")  # fmt: skip
+    host_memory = page_reporting_note()
+    if host_memory:
+        say(f"warning: {host_memory}")
     out: dict = {k: "not measured (--only)" for k in ("bsp_makespan_ratio", "quickstart_response_ratio",
                                                      "cpu_per_unit_error", "period_ms")}  # fmt: skip
+    out["host_memory_note"] = host_memory
     tmp = None
     if a.keep:
         base = a.keep

@@ -36,6 +36,8 @@ from testbed.apps.profiles import PROFILES
 from testbed.apps.synthetic import SyntheticConfig, messages_per_iteration
 from testbed.apps.work import WORK_UNIT_S
 
+from testbed.emulator.mechanism.hostmem import page_reporting_note
+
 TABLE = MODELS / "profiles.csv"
 COLUMNS = (
     "kernel", "class", "ranks", "cpu_s_max", "cpu_s_mean", "msgs_per_rank", "bytes_per_rank",
@@ -151,6 +153,8 @@ def main() -> int:
     failed = []
     rows = []
     print(f"load average at start: {os.getloadavg()}", flush=True)
+    if page_reporting_note():  # a cold take then costs more CPU than a warm one: models carry the noise
+        print(f"warning: {page_reporting_note()}", flush=True)
     for kernel in args.kernels.split(","):
         for npb_class in args.classes.split(","):
             for size in (int(r) for r in args.ranks.split(",")):

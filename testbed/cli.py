@@ -274,8 +274,9 @@ def _report_runs(scn, dest: Path, summaries: list[dict]) -> None:
     if len(summaries) > 1:
         _print_repetitions(dest)
     for s in summaries:
-        if s.get("envelope_note"):
-            err.print(f"[yellow]warning:[/yellow] {s['envelope_note']}")
+        for key in ("envelope_note", "host_memory_note"):
+            if s.get(key):
+                err.print(f"[yellow]warning:[/yellow] {s[key]}")
         rate = results.rate_warning(s)
         if rate:
             err.print(f"[yellow]warning:[/yellow] {rate}")

@@ -100,6 +100,9 @@ class RealOutcome(Outcome):
     #: CPU seconds the control plane used (the control cgroup's cpuacct), where there was one.
     control_cpu_s: float | None = None
     envelope_note: str | None = None
+    #: Why the nodes' host may charge a job for memory a bare-metal node would not (free page reporting:
+    #: emulator/mechanism/hostmem.py), or "" where it does not.
+    host_memory_note: str | None = None
     nodes_down: list[int] | None = None
     agent_hosts: list | None = None
     logs_lost: list[int] | None = None
@@ -115,6 +118,7 @@ class RealOutcome(Outcome):
             "control_group": self.control_group,
             "control_cpu_s": self.control_cpu_s,
             "envelope_note": self.envelope_note,
+            "host_memory_note": self.host_memory_note,
             "nodes_down": self.nodes_down,
             "host_cores": host_cores(),
         }

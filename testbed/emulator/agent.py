@@ -33,6 +33,7 @@ from testbed.core.messages import NodeError, ProcExit, QuantumUsage
 from testbed.core.observe import Observer
 from testbed.emulator.control import KillJob, Ping, SetDown, StartProc, SwitchSlot
 from testbed.emulator.loop import LoopThread
+from testbed.emulator.mechanism import hostmem
 from testbed.emulator.mechanism.envelopes import make_envelope
 from testbed.emulator.mechanism.forkserver import ForkServer
 from testbed.emulator.mechanism.priority import raise_process_nice, raise_thread_priority
@@ -264,6 +265,7 @@ class NodeAgent:
             "priority": self.priority,
             "envelope": self.envelope.kind,
             "envelope_note": getattr(self.envelope, "note", "") or "",
+            "host_memory_note": hostmem.page_reporting_note(),
             "configured_rate": self.envelope.configured_rate(),
             "metrics": self.metrics_address,
         }

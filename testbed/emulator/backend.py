@@ -43,13 +43,7 @@ from testbed.emulator.actors import AT_RAY_NODE, AgentHost, CoordinatorActor
 from testbed.emulator.agent import WORKER_MODULES, NodeConfig
 from testbed.emulator.mechanism.controlgroup import ControlGroup
 from testbed.emulator.mechanism.envelope import EnvelopeUnavailable, probe_v1, quota_us
-from testbed.emulator.mechanism.priority import (
-    SLICE_US,
-    raise_session_group,
-    restore_session_group,
-    session_group_nice,
-    set_slice,
-)
+from testbed.emulator.mechanism.priority import raise_session_group, restore_session_group, session_group_nice
 from testbed.janitor import RUN_ID_ENV, cleanup_run, start_janitor
 from testbed.monitoring import prometheus as prom
 from testbed.monitoring.prometheus import write_targets
@@ -257,10 +251,7 @@ class RayBackend:
             )
             return old
         self.control = ctl
-        # Ray's own processes (gcs_server, the raylet, its agents) are forked from this thread: they
-        # inherit its short slice (priority.set_slice), as the node agents' threads and workers get theirs.
-        no_slice = set_slice(SLICE_US)
-        out.control_group = ctl.note + ("" if no_slice is None else f"; {no_slice}")
+        out.control_group = ctl.note
         out.session_priority = "in the control cgroup (autogroup not raised)"
         return None
 
@@ -275,7 +266,6 @@ class RayBackend:
                 pass
             self.control.leave()
             self.control = None
-            set_slice(0)  # the kernel's default slice again
 
     def _phase(self, text: str) -> None:
         # Start-up cost by phase, for the summary (start-up is a benchmarked figure).
@@ -347,10 +337,14 @@ class RayBackend:
             raise RuntimeError(f"a node agent could not start: {root_cause(exc)}") from exc
         out.envelope, out.envelope_note = infos[0]["envelope"], infos[0]["envelope_note"]
         out.agent_priority = sorted({i["priority"] for i in infos})
+        # One line per distinct host's note (a joined cluster's hosts may differ), the first host's first.
+        notes = (i["host_memory_note"] for i in infos if i["host_memory_note"])
+        out.host_memory_note = "; ".join(dict.fromkeys(notes))
         if self.joined:
             out.agent_hosts = ray.get([h.where.remote() for h in self.hosts])
-        if out.envelope_note:
-            log.warning(out.envelope_note)
+        for note in (out.envelope_note, out.host_memory_note):
+            if note:
+                log.warning(note)
         if self.mon:
             self.nodes_sd = [(i["node"], i["metrics"]) for i in infos if i["node"] < c.nodes]
             self.head_sd = next(((i["node"], i["metrics"]) for i in infos if i["node"] >= c.nodes), None)
