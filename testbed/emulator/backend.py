@@ -43,7 +43,13 @@ from testbed.emulator.actors import AT_RAY_NODE, AgentHost, CoordinatorActor
 from testbed.emulator.agent import WORKER_MODULES, NodeConfig
 from testbed.emulator.mechanism.controlgroup import ControlGroup
 from testbed.emulator.mechanism.envelope import EnvelopeUnavailable, probe_v1, quota_us
-from testbed.emulator.mechanism.priority import raise_session_group, restore_session_group, session_group_nice
+from testbed.emulator.mechanism.priority import (
+    SLICE_US,
+    raise_session_group,
+    restore_session_group,
+    session_group_nice,
+    set_slice,
+)
 from testbed.janitor import RUN_ID_ENV, cleanup_run, start_janitor
 from testbed.monitoring import prometheus as prom
 from testbed.monitoring.prometheus import write_targets
@@ -251,7 +257,10 @@ class RayBackend:
             )
             return old
         self.control = ctl
-        out.control_group = ctl.note
+        # Ray's own processes (gcs_server, the raylet, its agents) are forked from this thread: they
+        # inherit its short slice (priority.set_slice), as the node agents' threads and workers get theirs.
+        no_slice = set_slice(SLICE_US)
+        out.control_group = ctl.note + ("" if no_slice is None else f"; {no_slice}")
         out.session_priority = "in the control cgroup (autogroup not raised)"
         return None
 
@@ -266,6 +275,7 @@ class RayBackend:
                 pass
             self.control.leave()
             self.control = None
+            set_slice(0)  # the kernel's default slice again
 
     def _phase(self, text: str) -> None:
         # Start-up cost by phase, for the summary (start-up is a benchmarked figure).

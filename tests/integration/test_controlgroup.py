@@ -174,3 +174,32 @@ def test_a_killed_driver_leaves_no_control_group(run_id, tmp_path):
             driver.kill()
         if jan.poll() is None:
             jan.kill()
+
+
+def _slice_ns(pid: int) -> int:
+    import ctypes
+    import struct
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(56)
+    assert libc.syscall({"x86_64": 315, "aarch64": 275}[os.uname().machine], pid, buf, 56, 0) == 0
+    return struct.unpack("=IIQiIQQQII", buf.raw)[5]
+
+
+@requires(os.uname().machine in ("x86_64", "aarch64"), "sched_setattr's number known on x86_64/aarch64 only")
+def test_a_short_slice_is_granted_and_a_fifo_thread_left_alone():
+    from testbed.emulator.mechanism.priority import SLICE_US, set_slice
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        os.setpriority(os.PRIO_PROCESS, child.pid, 3)
+        before = _slice_ns(child.pid)
+        assert set_slice(SLICE_US, child.pid) is None
+        assert _slice_ns(child.pid) == SLICE_US * 1000 != before
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == 3  # its nice kept
+        os.sched_setscheduler(child.pid, os.SCHED_FIFO, os.sched_param(1))
+        assert set_slice(SLICE_US * 2, child.pid) is None
+        assert os.sched_getscheduler(child.pid) == os.SCHED_FIFO  # not undone
+    finally:
+        child.kill()
+        child.wait()

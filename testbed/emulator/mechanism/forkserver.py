@@ -81,6 +81,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from testbed.emulator.mechanism.envelope import join_files_now
+from testbed.emulator.mechanism.priority import SLICE_US, set_slice
 from testbed.emulator.mechanism.process import (
     KILL_REAP_TIMEOUT_S,
     BaseWorker,
@@ -599,6 +600,10 @@ def _pooled(p: _Pooled, join: list[bytes]) -> tuple[dict, list[int]]:
         if os.sched_getscheduler(0) != os.SCHED_OTHER:
             os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
         os.setpriority(os.PRIO_PROCESS, 0, 0)
+        step = "sched_setattr (slice)"
+        # A short slice, so that a worker woken by a message preempts a busy process of the host's at
+        # once (priority.set_slice); the agent's run_info priority says whether this kernel grants it.
+        set_slice(SLICE_US)
         step = "signals"
         for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(sig, signal.SIG_DFL)
