@@ -22,6 +22,11 @@ with that child's own peak resident memory (wait4). The parts (``--only``, comma
   head job's reservation** (it backfills with ``reserved_nodes=[]``, so every later job that fits starts,
   whatever its length); its waits are those of a greedy reference (every queued job that fits starts),
   also printed;
+- ``gang-many``: many small jobs side by side under gang (MPL 3, 10-minute quanta), the shape of issue 23's
+  unpublished trace: four interleaved copies of the first 2,500 NASA jobs as the testbed maps them (10,000
+  jobs on 1,000 nodes; copy k's arrivals k ms later), so four times as many jobs run or wait at once as in
+  the NASA run and the offered load is four times its 0.48 (the queue grows: the matrix stays full). The
+  trace is written as SWF to the run's folder;
 - ``scale-easy``, ``scale-gang`` (``scale``: both): 100,000 jobs of the Lublin-Feitelson model
   (testbed/scenario/lublin.py, the paper's parameters, seed 0, ``job_types: all``) on 10,000 nodes, its
   arrivals stretched x1.4 (``arrival_scale``: an offered load about 0.7 instead of the model's 0.99 at
@@ -65,8 +70,11 @@ ONE_PHASE = ["--set", "workload.trace.app.barrier=false"]
 VARIANTS = {"easy": [], "gang": GANG, "fcfs": FCFS, "easy-1p": ONE_PHASE, "gang-1p": [*GANG, *ONE_PHASE]}
 PEERS = {"peer-fcfs": "fcfs", "peer-easy": "easy"}  # each peer run and the testbed run it is set beside
 SCALE = {"scale-easy": [], "scale-gang": GANG}
-PARTS = [*VARIANTS, *PEERS, *SCALE]
-DEFAULT = ["easy", "gang", "easy-1p", "gang-1p", "peer-fcfs", "peer-easy", "scale-easy", "scale-gang"]
+MANY = {"gang-many": GANG}
+PARTS = [*VARIANTS, *PEERS, *MANY, *SCALE]
+DEFAULT = [
+    *("easy", "gang", "easy-1p", "gang-1p", "peer-fcfs", "peer-easy", "gang-many", "scale-easy", "scale-gang")
+]
 #: The 100,000-job workload: the Lublin-Feitelson model on 10,000 nodes, arrivals stretched to a load ~0.7.
 SCALE_NODES, SCALE_JOBS, SCALE_ARRIVAL = 10_000, 100_000, 1.4
 MB = 1024.0  # ru_maxrss is in KiB on Linux
@@ -79,6 +87,7 @@ TARGETS = {
     "peer_easy_speedup": (4, ">="),
     "easy_wait_vs_reference": (0.001, "<="),
     "fcfs_wait_vs_peer": (0.001, "<="),
+    "sim_gang_many_s": (30, "<="),
     "scale_easy_s": (60, "<="),
     "scale_easy_rss_mb": (2048, "<="),
 }
@@ -159,6 +168,38 @@ workload:
     arrival_scale: {SCALE_ARRIVAL}
     step_s: 172800  # at most two days a step: one step for every job (its run time is at most that)
     app: {{barrier: false}}
+"""
+    )
+    return path
+
+
+def many_scenario(folder: Path, copies: int = 4, each: int = 2500) -> Path:
+    """``gang-many``'s scenario: ``copies`` interleaved copies of the first ``each`` NASA jobs (as the
+    testbed maps them: sizes, run times, estimates and arrivals), copy k's arrivals k ms later, as SWF."""
+    jobs, _ = sim_peer.testbed_jobs(SCENARIO, [f"workload.trace.count={each}"])
+    many = sorted(
+        (
+            sim_peer.TraceJob(round(j.submit + k * 1e-3, 6), j.size, j.run, j.estimate)
+            for j in jobs
+            for k in range(copies)
+        ),
+        key=lambda j: j.submit,
+    )
+    ticks = sim_peer.ticks_for(many)
+    swf = folder / "nasa-many.swf"
+    sim_peer.write_swf(many, swf, ticks)
+    path = folder / "nasa-many.yaml"
+    path.write_text(
+        f"""# benchmarks/sim_scale.py's gang-many part: {copies} interleaved copies of {each} NASA jobs.
+name: nasa-many
+cluster: {{nodes: 1000}}
+scheduler: {{name: batch, params: {{backfill: true}}}}
+workload:
+  trace:
+    path: {swf.name}
+    time_scale: {1 / ticks!r}  # the SWF's times are in 1/{ticks} s
+    step_s: 600
+    estimate: requested
 """
     )
     return path
@@ -256,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
             scale = scale_scenario(folder, args.scale_jobs, args.scale_nodes)
             load, span = offered_load(args.scale_jobs, args.scale_nodes)
             print(f"scale: {scale} (offered load {load:.2f}, last arrival at {span:.4g} s)", flush=True)
+        if any(n in MANY for n in names):
+            many = many_scenario(folder)
+            print(f"gang-many: {many}", flush=True)
         if peers and peer_why is None:
             swf = folder / "nasa-jobs.swf"
             sim_peer.write_swf(jobs, swf, ticks)
@@ -276,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
                         what = f"{got['jobs']} jobs, mean wait {got['mean_wait_s']:.5f} s"
                 elif name in SCALE:
                     run = testbed_run(scale, SCALE[name], out, args.timeout)
+                elif name in MANY:
+                    run = testbed_run(many, MANY[name], out, args.timeout)
                 else:
                     run = testbed_run(SCENARIO, [*common, *VARIANTS[name]], out, args.timeout)
                 if name not in PEERS and not run.timed_out:
@@ -331,10 +377,15 @@ def main(argv: list[str] | None = None) -> int:
         result["sim_nasa_peak_rss_mb"] = round(max(rss[n] for n in nasa), 1)
     reps = f"median of {args.reps}" if args.reps > 1 else "1 run"
     print(f"\nfigures ({reps}; host load average now {os.getloadavg()[0]:.2f}):")
-    for name, label in (("easy", "NASA EASY"), ("gang", "NASA gang, 10-minute quanta")):
+    for name, label in (
+        ("easy", "NASA EASY"),
+        ("gang", "NASA gang, 10-minute quanta"),
+        ("gang-many", "four interleaved copies of 2,500 NASA jobs, gang, 10-minute quanta"),
+    ):
         if name in names:
-            value = result.get(f"sim_{name}_s")
-            lines.append(f"{label}: {value} s ({verdict(f'sim_{name}_s', value)})")
+            key = "sim_" + name.replace("-", "_") + "_s"
+            value = result.get(key)
+            lines.append(f"{label}: {value} s ({verdict(key, value)})")
     if "sim_nasa_peak_rss_mb" in result:
         value = result["sim_nasa_peak_rss_mb"]
         lines.append(f"NASA peak memory: {value} MB ({verdict('sim_nasa_peak_rss_mb', value)})")
