@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import os
 
 import numpy as np
 
@@ -215,6 +216,22 @@ def _trace_size(tj, tr, nodes: int) -> int:
     return min(nodes, size) if tr.oversize == "clamp" else size
 
 
+_TRACES: dict[tuple, tuple] = {}  # the last trace read: (path, its size and change time) -> its jobs
+
+
+def _trace_jobs(path: str) -> tuple:
+    """The trace's jobs in file order, read once for as long as the file stays as it was: a run reads it
+    for its checks, its notes and its workload (three times before; docs/measurements.md)."""
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+    jobs = _TRACES.get(key)
+    if jobs is None:
+        jobs = tuple(read_trace(path))
+        _TRACES.clear()  # one trace kept: a sweep of traces holds none but its current one
+        _TRACES[key] = jobs
+    return jobs
+
+
 def _trace_picked(scn: Scenario) -> list:
     """The trace jobs replayed, in file order: those that ran (run time and processors known and above
     0) and whose status is kept, after ``skip``, at most ``count``; one wider than the cluster dropped
@@ -230,7 +247,7 @@ def _trace_picked(scn: Scenario) -> list:
 
     return list(
         itertools.islice(
-            filter(usable, read_trace(tr.path)), tr.skip, None if tr.count is None else tr.skip + tr.count
+            filter(usable, _trace_jobs(tr.path)), tr.skip, None if tr.count is None else tr.skip + tr.count
         )
     )
 
@@ -261,7 +278,7 @@ def trace_notes(scn: Scenario) -> list[str]:
     if tr is None:
         return []
     nodes = scn.cluster.nodes
-    ran = [tj for tj in read_trace(tr.path) if tj.run > 0 and tj.procs > 0]
+    ran = [tj for tj in _trace_jobs(tr.path) if tj.run > 0 and tj.procs > 0]
     notes = []
     if tr.status is not None:
         left = sum(1 for tj in ran if tj.status not in set(tr.status))
