@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -179,7 +180,9 @@ class Tally:
         self.samples: dict[tuple[str, str], list[float]] = {}  # (unit, class) -> [sum, count, max]
         self.rt: set[str] = set()  # real-time jobs (job_submitted's realtime)
         self.finishes: dict[str, dict[int, float]] = defaultdict(dict)  # job -> rank -> reported finish
-        self.nodes_of: dict[str, tuple[int, ...]] = {}  # job -> the nodes of its (last) start
+        # job -> the nodes of its (last) start, 4 bytes a node: as the log's ints (28 bytes each, and 8 for
+        # the tuple's pointer) 100,000 jobs of 677 nodes held 2.4 GB (docs/measurements.md)
+        self.nodes_of: dict[str, array] = {}
         self.local: set[str] = set()  # local users' sessions (job_submitted's owner_node)
         self.session: dict[str, dict[str, float]] = defaultdict(dict)  # session -> its running totals
         #: node -> [its latest paging factor, since when]; and the node-seconds spent under 1 so far
@@ -242,7 +245,7 @@ class Tally:
             row = self.jobs[e["job"]]
             row["starting_time"] = t
             row["allocated_resources"] = interval_set(e.get("nodes", []))
-            self.nodes_of[e["job"]] = tuple(e.get("nodes", ()))
+            self.nodes_of[e["job"]] = array("i", e.get("nodes", ()))
             self.start[e["job"]] = t
         elif kind in self._FINAL:
             row = self.jobs[e["job"]]
