@@ -1218,6 +1218,11 @@ def _unusable_path(exc: OSError | ValueError) -> str:
     return f"the system refuses it: {exc}"
 
 
+def _mappings(seq: object) -> list[dict]:
+    """The mappings in a list; anything that is not a list is the validator's to name (``jobs: true``)."""
+    return [e for e in seq if isinstance(e, dict)] if isinstance(seq, list) else []
+
+
 def _resolve_programs(doc: dict, base: Path) -> None:
     """An ``app.program`` (the mpi kind's user program) is relative to the scenario file's folder, as a
     trace path is: made absolute here, because ranks run in their node's folder. Whether the file exists
@@ -1225,10 +1230,10 @@ def _resolve_programs(doc: dict, base: Path) -> None:
     wl = doc.get("workload")
     if not isinstance(wl, dict):
         return
-    apps = [e.get("app") for e in wl.get("jobs") or [] if isinstance(e, dict)]
+    apps = [e.get("app") for e in _mappings(wl.get("jobs"))]
     gen = wl.get("generator")
     if isinstance(gen, dict):
-        apps += [c.get("app") for c in gen.get("classes") or [] if isinstance(c, dict)]
+        apps += [c.get("app") for c in _mappings(gen.get("classes"))]
         apps.append(gen.get("app"))
     for app in apps:
         if isinstance(app, dict) and isinstance(app.get("program"), str):

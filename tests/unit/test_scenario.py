@@ -167,7 +167,7 @@ def test_a_generated_class_that_cannot_take_a_drawn_length_is_refused_in_one_lin
 # problem (each naming its field); never another exception (issue 12, Deliver 6).
 
 import yaml  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 from testbed.schedulers import registry  # noqa: E402
@@ -282,6 +282,10 @@ FAST = settings(
 
 @FAST
 @given(mutated())
+# A list where a program path is looked for, given as something else: a TypeError out of the path's
+# resolution (model._resolve_programs) until it left non-lists to the validator.
+@example(doc={**BASES[0], "workload": {"jobs": True}})
+@example(doc={**BASES[0], "workload": {"generator": {"kind": "poisson", "count": 2, "classes": 3}}})
 def test_mutated_documents_load_or_give_one_line_per_problem(out, doc):
     if not isinstance(doc, dict):
         doc = {"workload": doc}
