@@ -156,13 +156,7 @@ class DecisionCore:
         if not ok:
             self.fail(now, job_id, reason or f"rank {rank} failed")
             return
-        rec.ranks_ok.add(rank)
-        if len(rec.ranks_ok) == rec.job.processes_on(len(rec.nodes)):
-            self._final(rec, JobState.FINISHED)
-            self.emit(ev.JOB_FINISHED, now, job=job_id)
-            if not _owned(rec):
-                self._ask(now, self.policy.finished, job_id)
-            self._start_held(now, job_id)
+        self._ranks_ok(now, rec, (rank,))
 
     def ranks_exited(self, now: float, job_id: str, ranks: Sequence[int]) -> None:
         """Processes of a running job ended by themselves, cleanly, at once: :meth:`rank_exited` of each,
@@ -171,8 +165,13 @@ class DecisionCore:
         rec = self.jobs.get(job_id)
         if rec is None or rec.state != JobState.RUNNING:
             return
+        self._ranks_ok(now, rec, ranks)
+
+    def _ranks_ok(self, now: float, rec: JobRecord, ranks: Sequence[int]) -> None:
+        """Ranks of a running job exited cleanly: the job finishes once all of its ranks have."""
         rec.ranks_ok.update(ranks)
         if len(rec.ranks_ok) == rec.job.processes_on(len(rec.nodes)):
+            job_id = rec.job.job_id
             self._final(rec, JobState.FINISHED)
             self.emit(ev.JOB_FINISHED, now, job=job_id)
             if not _owned(rec):
