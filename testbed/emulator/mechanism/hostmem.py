@@ -4,9 +4,9 @@ docs/measurements.md, "Memory the host takes back, and how long it waits". On a 
 balloon device reports free pages (``VIRTIO_BALLOON_F_REPORTING``), the guest returns memory a process
 freed to the hypervisor, and the next process to touch it faults in the hypervisor first: measured here,
 a process filling 400 MB spent 0.94-1.15 s of system CPU when the pages had been reported and 0.04-0.13 s
-when they had not. A job of a real run that follows an idle gap on its node then costs more CPU than its
-model (recorded on warm memory) says, which a bare-metal node would not: the NAS stream of paper 003 ran
-MG.A at 2.2 s of CPU a rank against its model's 1.58 (docs/measurements.md, "NAS kernels").
+when they had not. A job of a real run that follows an idle gap on its node then costs CPU that a
+bare-metal node would not spend: NAS MG.A and FT.A alone read 0.12-0.16 further from the simulator with
+freed pages reported at once than with them kept two minutes (benchmarks/fidelity.py).
 
 Some kernels let root say how long a freed page waits before it is reported
 (``/sys/module/page_reporting/parameters/min_free_ms``); with two minutes the same refill after 20 s idle
