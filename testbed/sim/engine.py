@@ -413,7 +413,12 @@ class _Node:
 
 
 def _check_args(
-    nodes: int, cpu_rate: float, latency_s: float, switch_skew_s: float, bandwidth_Bps: float | None
+    nodes: int,
+    cpu_rate: float,
+    latency_s: float,
+    switch_skew_s: float,
+    bandwidth_Bps: float | None,
+    paging_cost: float,
 ) -> None:
     if nodes < 1:
         raise ValueError(f"nodes: a cluster needs at least 1 node, got {nodes}")
@@ -423,6 +428,8 @@ def _check_args(
         raise ValueError("latency_s and switch_skew_s must be >= 0")
     if bandwidth_Bps is not None and not bandwidth_Bps > 0:
         raise ValueError(f"bandwidth_Bps: must be > 0 or None, got {bandwidth_Bps}")
+    if not 0 <= paging_cost <= paging.MAX_PAGING_COST:
+        raise ValueError(f"paging_cost: must be in 0..{paging.MAX_PAGING_COST:g}, got {paging_cost}")
 
 
 class Simulation:
@@ -464,7 +471,7 @@ class Simulation:
         it every node has ``cpu_rate`` and ``node_memory_mb``. ``fast_path=False`` runs every job rank by
         rank (:class:`_Fluid`; the tests check that the two agree). ``paging_cost``: the paging model's
         page-fault cost (testbed/core/paging.py; a scenario's ``cluster.paging_cost``)."""
-        _check_args(nodes, cpu_rate, latency_s, switch_skew_s, bandwidth_Bps)
+        _check_args(nodes, cpu_rate, latency_s, switch_skew_s, bandwidth_Bps, paging_cost)
         self.cpu_rate = float(cpu_rate)
         self.latency = float(latency_s)
         self.bandwidth = bandwidth_Bps
@@ -492,8 +499,6 @@ class Simulation:
             _Node(n, scheduler.make_local(n, params, seed, info, cluster), float(info.rate), info.memory_mb)
             for n, info in enumerate(node_info)
         ]
-        if not 0 <= paging_cost <= paging.MAX_PAGING_COST:
-            raise ValueError(f"paging_cost: must be in 0..{paging.MAX_PAGING_COST:g}, got {paging_cost}")
         self.paging_cost = float(paging_cost)
         # Paging is modelled only where some process declares memory and some node's is known.
         self._paging = any(j.spec.memory_mb > 0 for j in jobs) and any(i.memory_mb for i in node_info)
@@ -507,9 +512,31 @@ class Simulation:
             jobs, self.gp, scheduler.name, nodes, self, self._emit_job, on_node_down=on_node_down
         )
         self._init_state()
-        self._fast = _fast_path(scheduler, self.gp, self.skew, jobs) if fast_path else None
+        self._init_fast_path(scheduler, jobs, faults, fast_path)
         # Wake-up turns (testbed/sim/wakeup.py); none: a woken process computes at once, at its share.
         self._turns = WakeTurns(wakeup_turn_s, wakeup_crowd) if wakeup_turn_s > 0 else None
+        # Under gang, when each slot switch still to come was pushed, by its time (:meth:`_on_fluid_end`).
+        self._slots_pushed: dict[float, deque[float]] = {}
+        self._tick_at: float | None = None
+        self._tick_ver = 0
+        self._asked_global = False
+        self._push_inputs(jobs, faults)
+
+    def _push_inputs(self, jobs: Sequence[Job], faults: Sequence[Fault]) -> None:
+        """The run's inputs on the heap: each job's submission and each scripted fault."""
+        for job in jobs:
+            self._push(job.spec.submit_time, _SUBMIT, job.job_id)
+        for f in faults:
+            if not 0 <= f.node < len(self.nodes):
+                raise ValueError(f"faults: {f}: needs a node 0..{len(self.nodes) - 1}")
+            self._push(f.at_s, _FAULT, f.node, FaultKind(f.kind))
+
+    def _init_fast_path(
+        self, scheduler: type[Scheduler], jobs: Sequence[Job], faults: Sequence[Fault], fast_path: bool
+    ) -> None:
+        """Whether and how jobs run as pieces (docs/architecture.md, "The simulator's job-level fast
+        path"), and what the pieces need kept."""
+        self._fast = _fast_path(scheduler, self.gp, self.skew, jobs) if fast_path else None
         self._lockstep = self._fast is _FastPath.ALWAYS or (
             self._fast is _FastPath.BY_SLOT and self._all_pieces(jobs)
         )
@@ -518,17 +545,6 @@ class Simulation:
         # run with neither keeps none (a job of 677 ranks, two dict changes a rank, 100,000 times).
         self._node_fluid = self._fast is _FastPath.BY_SLOT or bool(faults)
         self._one_rate = all(node.rate == self.nodes[0].rate for node in self.nodes)
-        # Under gang, when each slot switch still to come was pushed, by its time (:meth:`_on_fluid_end`).
-        self._slots_pushed: dict[float, deque[float]] = {}
-        self._tick_at: float | None = None
-        self._tick_ver = 0
-        self._asked_global = False
-        for job in jobs:
-            self._push(job.spec.submit_time, _SUBMIT, job.job_id)
-        for f in faults:
-            if not 0 <= f.node < nodes:
-                raise ValueError(f"faults: {f}: needs a node 0..{nodes - 1}")
-            self._push(f.at_s, _FAULT, f.node, FaultKind(f.kind))
 
     def _init_state(self) -> None:
         """The run's moving parts, empty: the clock, the heap, and what the steps between events share."""
