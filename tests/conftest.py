@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import time
 
 import pytest
 
@@ -60,6 +61,17 @@ def soak(fn):
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def wait_for(pred, timeout: float = 5.0, step: float = 0.02) -> bool:
+    """Whether ``pred()`` came true within ``timeout`` s, asking every ``step`` s (0: without pause)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        if step:
+            time.sleep(step)
+    return pred()
 
 
 def require(ok: bool, reason: str) -> None:

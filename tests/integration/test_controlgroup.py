@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -19,7 +18,7 @@ from testbed.emulator.mechanism import envelope as envmod
 from testbed.emulator.mechanism.controlgroup import CONTROL_SHARES, HOST_SHARES, ControlGroup
 from testbed.janitor import cleanup_run, start_janitor
 
-from ..conftest import requires
+from ..conftest import requires, wait_for
 
 _V1_WHY = envmod.probe_v1()
 needs_v1 = requires(_V1_WHY is None, f"cgroup v1 not usable here: {_V1_WHY}")
@@ -33,15 +32,6 @@ def _cpu_cgroup(pid: int | str) -> str:
             if "cpu" in ctrls.split(","):
                 return path
     raise AssertionError(f"no cpu cgroup for {pid}")
-
-
-def _wait_for(pred, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return pred()
 
 
 def _gone(pid: int) -> bool:
@@ -167,7 +157,7 @@ def test_a_killed_driver_leaves_no_control_group(run_id, tmp_path):
         driver.kill()
         driver.wait()
         # The child carries no mark: only its cgroup finds it.
-        assert _wait_for(lambda: _gone(info["child"]) and not janitor._run_dirs(run_id)), log.read_text()
+        assert wait_for(lambda: _gone(info["child"]) and not janitor._run_dirs(run_id)), log.read_text()
         assert jan.wait(timeout=5) == 0, log.read_text()
     finally:
         if driver.poll() is None:

@@ -19,7 +19,7 @@ from testbed.emulator.mechanism.envelopes import make_envelope
 from testbed.emulator.mechanism.process import spawn
 from testbed.janitor import cleanup_run, marked_processes, start_janitor
 
-from ..conftest import requires
+from ..conftest import requires, wait_for
 
 _V1_WHY = envmod.probe_v1()
 # Skipped where cgroups cannot be written, saying why; with CI=true that fails instead (CI asserts them).
@@ -32,15 +32,6 @@ def _env_without_mark() -> dict[str, str]:
 
 def _run_dirs(run_id: str) -> list[str]:
     return [top for _, top in janitor._run_dirs(run_id)]
-
-
-def _wait_for(pred, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return pred()
 
 
 def _alive(pid: int) -> bool:
@@ -124,7 +115,7 @@ def test_janitor_cleans_up_after_killed_parent(run_id, procs, tmp_path):
         t0 = time.monotonic()
         parent.kill()
         parent.wait()
-        assert _wait_for(lambda: not marked_processes(run_id) and not _run_dirs(run_id))
+        assert wait_for(lambda: not marked_processes(run_id) and not _run_dirs(run_id))
         took = time.monotonic() - t0
         for key in ("stopped", "frozen", "stray"):
             assert not _alive(info[key]), key

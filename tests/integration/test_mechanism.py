@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import select
@@ -21,7 +22,7 @@ from testbed.emulator.mechanism.envelope import NoEnvelope
 from testbed.emulator.mechanism.priority import raise_thread_priority, reset_thread_priority
 from testbed.emulator.mechanism.process import SpawnError, cont_all, spawn, stop_all
 
-from ..conftest import measured
+from ..conftest import measured, wait_for
 
 BUSY = [sys.executable, "-c", "while True: pass"]
 
@@ -31,14 +32,7 @@ def _spawn(argv, run_id, **kw):
     return spawn(argv, env=None, cwd=None, stdout=subprocess.DEVNULL, stderr=None, run_id=run_id, **kw)
 
 
-def _wait_for(pred, timeout=3.0, step=0.001):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        if step:
-            time.sleep(step)
-    return pred()
+_wait_for = functools.partial(wait_for, timeout=3.0, step=0.001)
 
 
 def _gone(pid: int) -> bool:
