@@ -153,8 +153,9 @@ def main() -> int:
     failed = []
     rows = []
     print(f"load average at start: {os.getloadavg()}", flush=True)
-    if page_reporting_note():  # a cold take then costs more CPU than a warm one: models carry the noise
-        print(f"warning: {page_reporting_note()}", flush=True)
+    host_memory = page_reporting_note()  # a cold take then costs more CPU than a warm one: noise in a model
+    if host_memory:
+        print(f"warning: {host_memory}", flush=True)
     for kernel in args.kernels.split(","):
         for npb_class in args.classes.split(","):
             for size in (int(r) for r in args.ranks.split(",")):
