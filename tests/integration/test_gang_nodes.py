@@ -43,6 +43,12 @@ def _job(jid, size, iterations=10, gcomp=30.0, submit=0.0):
     return Job(JobSpec(jid, size, submit, estimate=Synthetic.ideal_runtime(app)), app)
 
 
+def side_by_side(rows: dict) -> bool:
+    """Every job started before any job finished: the policy ran them together, not one after the other.
+    (Not a bound on the start time: CI's loaded 2 cores once started a job 50 ms after the run began.)"""
+    return max(r["starting_time"] for r in rows.values()) < min(r["finish_time"] for r in rows.values())
+
+
 def test_gang_time_slices_two_full_size_jobs(tmp_path):
     jobs = [_job("a", 4), _job("b", 4)]
     ideal = Synthetic.ideal_runtime(jobs[0].app)  # 0.3 s alone
@@ -53,8 +59,8 @@ def test_gang_time_slices_two_full_size_jobs(tmp_path):
         rows = {r["job_id"]: r for r in results.job_rows(events)}
         assert all(r["final_state"] == results.FinalState.COMPLETED for r in rows.values()), rows
         # Both started at once and shared the nodes by time slices: each took about twice as long.
+        assert side_by_side(rows), rows
         for r in rows.values():
-            assert r["starting_time"] < 0.05
             assert r["execution_time"] > 1.5 * ideal, r
             # The work was really done, no more: 4 ranks x the job's CPU, plus each forked worker's
             # start, barriers and exit: measured +2.7 to +4.1 % by issue 9's helper, then +8.7 to +9.7 %
@@ -86,5 +92,5 @@ def test_local_runs_jobs_side_by_side(tmp_path):
     rows = {r["job_id"]: r for r in results.job_rows(events)}
     assert all(r["final_state"] == results.FinalState.COMPLETED for r in rows.values()), rows
     # Native local scheduling admits both at once on the same two nodes.
-    assert all(r["starting_time"] < 0.05 for r in rows.values())
+    assert side_by_side(rows), rows
     assert not [e for e in events if e["kind"] == ev.SLOT_SWITCH]
