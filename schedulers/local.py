@@ -7,9 +7,12 @@ nodes."""
 from __future__ import annotations
 
 import random
+from typing import Literal
+
+from pydantic import model_validator
 
 from .base import GlobalAction, JobSpec, RunAll, Scheduler, Start
-from .params import PolicyParams, param
+from .params import PolicyParams, param, rule_error
 from .placement import FcfsQueue, MemoryAwareParams, NodeMemory, least_loaded
 
 
@@ -80,6 +83,22 @@ class LocalParams(NlsParams, MemoryAwareParams):
         gt=0,
         le=1,
     )
+    pool_oversize: Literal["alone", "reject"] = param(
+        "alone",
+        "a job whose process needs more than M_D (memory_pool): 'alone' runs it alone on its nodes; "
+        "'reject' refuses it at submission (paper 004's Wrk2 admits only jobs that fit in M_D)",
+    )
+
+    @model_validator(mode="after")
+    def _reject_needs_a_pool(self):
+        # Without a pool there is no M_D to compare with, so 'reject' would silently admit everything.
+        if self.pool_oversize == "reject" and self.memory_pool is None:
+            raise rule_error(
+                "pool_oversize",
+                "rejects a job larger than M_D = memory_pool x the smallest node's memory, so it needs "
+                "memory_pool; set memory_pool or remove pool_oversize",
+            )
+        return self
 
 
 class Local(Scheduler):

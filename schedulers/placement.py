@@ -109,6 +109,8 @@ class NodeMemory:
         # Paper 004's parallel memory pool (LocalParams.memory_pool): processes that share a node hold at
         # most M_D = memory_pool x the smallest node's memory together; one alone, its node's memory.
         self.pool = getattr(policy.params, "memory_pool", None) if self.aware else None
+        # LocalParams.pool_oversize: what becomes of a job whose process alone exceeds M_D.
+        self.reject_oversize = getattr(policy.params, "pool_oversize", "alone") == "reject"
         self._seen: tuple = ()  # the node_info ``alike`` was computed for
         self._alike = True
 
@@ -161,6 +163,19 @@ class NodeMemory:
             return math.inf
         return smallest * self.pool * (1 + 1e-12)
 
+    def over_pool(self, job: JobSpec) -> str | None:
+        """Why ``job`` is refused by the pool (``pool_oversize: reject`` and a process larger than M_D), or
+        None. Paper 004's Wrk2 runs only jobs whose tasks fit in M_D; admitted alone, such a job is the
+        one CCS stops for as long as a local user keeps its node swapping (docs/measurements.md, "Paper
+        004, five seeds")."""
+        if not self.reject_oversize or job.memory_mb <= self.pool_mb():
+            return None
+        m_d = self.policy.node_memory_mb * self.pool
+        return (
+            f"job {job.job_id} needs {job.memory_mb:g} MB of memory per process, more than the parallel "
+            f"memory pool M_D = {m_d:g} MB (memory_pool {self.pool:g}); pool_oversize is reject"
+        )
+
     def fits(self, node: int, job: JobSpec) -> bool:
         limit = self.limit(node)
         if self.count[node]:
@@ -205,7 +220,7 @@ class FcfsQueue(GlobalPolicy):
         return self._schedule(now)
 
     def submit(self, now: float, job: JobSpec) -> list[GlobalAction]:
-        reason = oversize_reason(job, self.nodes) or self.mem.never_fits(job)
+        reason = oversize_reason(job, self.nodes) or self.mem.never_fits(job) or self.mem.over_pool(job)
         if reason is not None:
             return [Reject(job.job_id, reason)]
         self.queue.append(job)

@@ -227,6 +227,30 @@ def test_the_memory_pool_holds_processes_sharing_a_node_to_m_d():
     assert without.submit(0.0, JobSpec("small", 4, 0.0, memory_mb=1.0)) == [Start("small", (0, 1, 2, 3))]
 
 
+@pytest.mark.parametrize("sched", ["local", "dynamic", "ccs"])
+def test_pool_oversize_reject_refuses_a_job_larger_than_m_d_and_admits_one_that_fits(sched):
+    # Paper 004's Wrk2 runs only jobs whose tasks fit in M_D: with pool_oversize reject a job whose
+    # process exceeds M_D (64 MB here) is refused at submission, not run alone as with 'alone'.
+    from testbed.schedulers import registry
+    from testbed.schedulers.base import JobSpec, NodeInfo, Reject, Start
+
+    info = [NodeInfo(0.43, 128.0)] * 2 + [NodeInfo(1.0, 256.0)] * 2
+    params = {"mpl": 2, "memory_pool": 0.5, "pool_oversize": "reject"}
+    gp = registry.get(sched).make_global(4, params, 0, info)
+    assert gp.submit(0.0, JobSpec("big", 4, 0.0, memory_mb=64.5)) == [
+        Reject(
+            "big",
+            "job big needs 64.5 MB of memory per process, more than the parallel memory pool M_D = 64 MB "
+            "(memory_pool 0.5); pool_oversize is reject",
+        )
+    ]
+    assert gp.queue == [] and gp.placed == {}  # nothing held for it
+    assert gp.submit(0.0, JobSpec("edge", 4, 0.0, memory_mb=64.0)) == [Start("edge", (0, 1, 2, 3))]
+    assert gp.submit(0.0, JobSpec("tiny", 4, 0.0, memory_mb=0.0)) == [Start("tiny", (0, 1, 2, 3))]
+    alone = registry.get(sched).make_global(4, {**params, "pool_oversize": "alone"}, 0, info)
+    assert alone.submit(0.0, JobSpec("big", 4, 0.0, memory_mb=64.5)) == [Start("big", (0, 1, 2, 3))]
+
+
 def test_ccs_rule_5_waits_until_no_other_node_stops_the_job():
     # While another node still stops the job, it is held there anyway: switching here would only start
     # the two jobs trading places across the nodes (seen in Wrk3 before this rule's guard).

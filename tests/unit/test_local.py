@@ -29,7 +29,13 @@ def policy(nodes: int, seed: int = 0, **params):
 def test_registered():
     assert registry.get("local") is Local
     assert Local.local_policy is RunAll
-    assert Local.defaults == {"memory_aware": True, "memory_pool": None, "mpl": 3, "packing": True}
+    assert Local.defaults == {
+        "memory_aware": True,
+        "memory_pool": None,
+        "mpl": 3,
+        "packing": True,
+        "pool_oversize": "alone",
+    }
 
 
 @pytest.mark.parametrize("mpl", [0, -1, 1.5, "3", True])

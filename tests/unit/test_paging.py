@@ -77,6 +77,23 @@ def test_ccs_stops_the_swapping_task_and_resumes_it_with_stop_and_resume_to_its_
     assert rows["par"]["final_state"] == rows["user"]["final_state"] == results.FinalState.COMPLETED
 
 
+def test_pool_oversize_reject_refuses_parallel_jobs_over_m_d_but_never_a_local_session():
+    # M_D = 100 x 0.5 = 50 MB. The parallel job at 60 MB is refused; the local user's session at 80 MB is
+    # the owner's work, which no global policy admits, so it runs all the same (and the node, with
+    # nothing else on it, never pages). A parallel job within M_D runs.
+    params = {"share_l": 0.5, "memory_pool": 0.5, "pool_oversize": "reject"}
+    small = Job(JobSpec("small", 2, 0.0, memory_mb=50.0), SyntheticConfig(iterations=2, gcomp=100.0))
+    events, rows = _run("ccs", [_par(60.0), _user(80.0), small], params)
+    assert rows["par"]["final_state"] == results.FinalState.REJECTED
+    assert rows["user"]["final_state"] == rows["small"]["final_state"] == results.FinalState.COMPLETED
+    (rejected,) = [e for e in events if e["kind"] == ev.JOB_REJECTED]
+    assert "more than the parallel memory pool M_D = 50 MB" in rejected["reason"]
+    # 'alone' (the default) runs it: alone on its nodes until the session comes, then CCS stops it.
+    events, rows = _run("ccs", [_par(60.0), _user(80.0), small], {**params, "pool_oversize": "alone"})
+    assert rows["par"]["final_state"] == results.FinalState.COMPLETED
+    assert [e["event"] for e in events if e["kind"] == ev.COOP_SENT and e["event"] == "Stop"]
+
+
 @pytest.mark.parametrize(
     ("cluster", "params", "expect"),
     [

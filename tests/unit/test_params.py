@@ -59,6 +59,7 @@ NEEDS = {
     "boost_per_message": "a whole number in 0..39",
     "share_l": "a fraction > 0 and < 1",
     "memory_pool": "a fraction > 0 and <= 1 or null",
+    "pool_oversize": "'alone' or 'reject'",
 }
 MPL_NEEDS = {
     "gang": "a whole number of matrix rows in 1..256",
@@ -84,6 +85,7 @@ BAD = {
     "a whole number in 0..39": [-1, 40, 1.5, "5", True],
     "a fraction > 0 and < 1": [0, 1, 1.5, -0.1, "0.5", True, float("nan")],
     "a fraction > 0 and <= 1 or null": [0, 1.5, -0.1, "0.5", True, float("nan")],
+    "'alone' or 'reject'": ["refuse", "Reject", None, 1],
 }
 
 
@@ -161,6 +163,21 @@ def test_yield_nice_must_be_above_normal_nice():
     )
 
 
+@pytest.mark.parametrize("sched", ["local", "dcs", "dynamic", "ccs"])
+def test_pool_oversize_reject_needs_a_memory_pool(sched):
+    # Without a pool there is no M_D: 'reject' would admit every job and say nothing.
+    with pytest.raises(PolicyConfigError) as exc:
+        registry.get(sched).check_params({"pool_oversize": "reject"})
+    assert str(exc.value) == (
+        f"scheduler.params.pool_oversize: {sched} rejects a job larger than M_D = memory_pool x the "
+        "smallest node's memory, so it needs memory_pool; set memory_pool or remove pool_oversize"
+    )
+    assert (
+        registry.get(sched).check_params({"pool_oversize": "reject", "memory_pool": 0.5})["pool_oversize"]
+        == "reject"
+    )
+
+
 def test_several_problems_one_line_each_unknown_names_listing_the_known_ones():
     with pytest.raises(PolicyConfigError) as exc:
         registry.get("gang").check_params({"mpl": 0, "quantum": 5, "alternate": "no", "lead": 1})
@@ -218,6 +235,7 @@ GOOD = {
     "boost_per_message": 0,
     "share_l": 0.2,
     "memory_pool": 0.5,
+    "pool_oversize": "reject",
 }
 
 
@@ -376,6 +394,37 @@ def test_validate_exits_2_naming_the_bad_parameter(tmp_path: Path):
     p = _cli("validate", str(good))
     assert p.returncode == 0, p.stdout + p.stderr
     assert yaml.safe_load(p.stdout)["scheduler"]["params"] == {"mpl": 1}
+
+
+@pytest.mark.parametrize(
+    ("params", "expect"),
+    [
+        (
+            {"memory_pool": 0.5, "pool_oversize": "refuse"},
+            "scheduler.params.pool_oversize: ccs needs 'alone' or 'reject', got 'refuse' (default 'alone')",
+        ),
+        (
+            {"pool_oversize": "reject"},
+            "scheduler.params.pool_oversize: ccs rejects a job larger than M_D = memory_pool x the smallest "
+            "node's memory, so it needs memory_pool; set memory_pool or remove pool_oversize",
+        ),
+    ],
+)
+def test_validate_exits_2_on_a_bad_pool_oversize_in_one_line(tmp_path: Path, params, expect):
+    doc = {**MINI, "cluster": {"nodes": 4, "memory_mb": 128}}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**doc, "scheduler": {"name": "ccs", "params": params}}))
+    p = _cli("validate", str(bad))
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert [line for line in p.stderr.splitlines() if "pool_oversize" in line] == [
+        f"error: invalid scenario: {expect}"
+    ]
+    # The same value set by a sweep variant is refused too, naming the variant.
+    variant = {"name": "w", "set": {"scheduler.params": params}}
+    swept = {**doc, "scheduler": {"name": "ccs"}, "sweep": [variant]}
+    bad.write_text(yaml.safe_dump(swept))
+    p = _cli("validate", str(bad))
+    assert p.returncode == 2 and "variant 'w': scheduler.params.pool_oversize" in p.stderr, p.stderr
 
 
 def test_schedulers_command_shows_each_parameter_with_its_default_and_meaning():
