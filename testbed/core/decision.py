@@ -22,6 +22,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Protocol
 
 from testbed.core import events as ev
@@ -251,10 +252,9 @@ class DecisionCore:
         return None
 
     def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for rec in self.jobs.values():
-            out[rec.state] = out.get(rec.state, 0) + 1
-        return out
+        """How many jobs are in each state, in the order the states first occur in the job table (asked
+        every quarter of a second for the progress display: 100,000 jobs counted in C, not a step each)."""
+        return dict(Counter(map(_STATE, self.jobs.values())))
 
     # ----------------------------------------------------------------------------------------------------
     # Applying the policy's actions
@@ -318,13 +318,15 @@ class DecisionCore:
         if self.down and not self.down.keys().isdisjoint(nodes):
             raise self._refuse(a, f"node(s) {[n for n in nodes if n in self.down]} are down")
         taken = self._taken
-        if taken is not None and len(set(nodes)) == len(nodes):
-            if not taken.isdisjoint(nodes):
-                full = sorted(taken.intersection(nodes))
+        if taken is not None and len(distinct := set(nodes)) == len(nodes):
+            # One set of the job's nodes for the check and the update: a set's stored hashes, not the
+            # tuple's ints hashed again for each.
+            if not taken.isdisjoint(distinct):
+                full = sorted(taken.intersection(distinct))
                 raise self._refuse(
                     a, f"node(s) {full} would hold more than {self._cap} job(s), the policy's own limit"
                 )
-            taken.update(nodes)
+            taken |= distinct
         elif self._cap is not None:
             # Counted once: nodes.count(n) per node grew with the square of a job's width (a 10,000-node
             # job: 10^8 steps; benchmarks/sim_scale.py's 100,000-job run spent most of its time here).
@@ -411,6 +413,9 @@ class DecisionCore:
         elif self._cap is not None and rec.state == JobState.RUNNING and not _owned(rec):
             for n in rec.nodes:
                 self._load[n] -= 1
+
+
+_STATE = attrgetter("state")
 
 
 def _owned(rec: JobRecord) -> bool:
