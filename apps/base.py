@@ -187,12 +187,14 @@ class Lockstep:
 
 @dataclass(frozen=True)
 class SimContext:
-    """What a simulator model may know about its process: its place in the job, and the emulated time
-    (``now()``) when it is asked for its next operation."""
+    """What a simulator model may know about its process: its place in the job, the emulated time
+    (``now()``) when it is asked for its next operation, and the speed of the host the simulator stands
+    for (apps/speed.py; None: not given, a measured model replays as recorded)."""
 
     rank: int
     size: int
     now: Callable[[], float]
+    host_speed_s: float | None = None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -242,6 +244,10 @@ class ProgramKind:
     #: last), on the cluster's head node, outside the policy's view (a divisible-load head sending the
     #: data, an ``mpiexec``). Its model and its ``run`` see ``ctx.size`` = allocated nodes + 1.
     head: ClassVar[bool] = False
+    #: True when the simulator replays a model measured on real processes (CPU seconds of the host
+    #: that recorded it), whose replay the host's speed scales (apps/speed.py): a real run of such a job
+    #: measures the host's speed, for the simulator to stand for that host.
+    measured_model: ClassVar[bool] = False
 
     # -- scenario -> job -------------------------------------------------------------------------------
 

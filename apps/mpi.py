@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator
+from testbed.apps import speed
 from testbed.apps.base import (
     TAG_BARRIER,
     Collective,
@@ -116,6 +117,7 @@ class Mpi(ProgramKind):
     Config = MpiConfig
     #: The head (on the head node, outside every policy's view) is the job's PMI server.
     head = True
+    measured_model = True
     reports = Reports((COLLECTIVES_UNIT,))
 
     @classmethod
@@ -167,23 +169,26 @@ class Mpi(ProgramKind):
         if ctx.rank == n:
             return  # the head: the process manager does nothing the simulator models
         ranks = cls.trace(cfg, n)
+        # Every CPU figure here is this host's at the recording (the message costs too): another host's,
+        # where the simulator is told its speed and the trace was stamped with its own (apps/speed.py).
+        f = speed.scale(ctx.host_speed_s, cls.trace_speed(cfg, n))
         done = 0
         for op in ranks[ctx.rank]:
             what = op[0]
             if what == "c":
-                yield Compute(op[1])
+                yield Compute(op[1] * f)
             elif what == "s":
-                yield Compute(message_cpu_s(op[2]))
+                yield Compute(message_cpu_s(op[2]) * f)
                 yield Send((op[1],), op[2], _sim_tag(ctx.rank, op[3]))
             elif what == "r":
                 yield Recv(1, _sim_tag(op[1], op[2]))
-                yield Compute(message_cpu_s())
+                yield Compute(message_cpu_s() * f)
             elif what == "k":
                 yield Collective(op[1], True)
                 if n > 1:
-                    yield from _barrier(ctx.rank, n)
+                    yield from _barrier(ctx.rank, n, f)
                 yield Collective(op[1], False)
-                yield Compute(collective_cpu_s(op[1], op[2]))
+                yield Compute(collective_cpu_s(op[1], op[2]) * f)
                 done += 1
                 yield Progress(COLLECTIVES_UNIT, done)
 
@@ -194,18 +199,26 @@ class Mpi(ProgramKind):
 
         return load_or_record(cfg.program, cfg.args, size)
 
+    @classmethod
+    def trace_speed(cls, cfg: MpiConfig, size: int) -> float | None:
+        """The host's speed (apps/speed.py) when :meth:`trace` was recorded, or None if not stamped."""
+        from testbed.apps.mpi_trace import recorded_speed
 
-def _barrier(rank: int, n: int) -> Iterator[Op]:
-    """The mirror's barrier among ``n`` ranks, linear through rank 0, with each message's CPU."""
+        return recorded_speed(cfg.program, cfg.args, size)
+
+
+def _barrier(rank: int, n: int, f: float = 1.0) -> Iterator[Op]:
+    """The mirror's barrier among ``n`` ranks, linear through rank 0, with each message's CPU (times
+    ``f``, the host's speed against the recording's)."""
     if rank == 0:
         yield Recv(n - 1, TAG_BARRIER)
-        yield Compute((n - 1) * (message_cpu_s() + message_cpu_s(0)))  # n - 1 arrivals, n - 1 releases
+        yield Compute((n - 1) * (message_cpu_s() + message_cpu_s(0)) * f)  # n - 1 arrivals and releases
         yield Send(tuple(range(1, n)), 0, TAG_BARRIER)
     else:
-        yield Compute(message_cpu_s(0))
+        yield Compute(message_cpu_s(0) * f)
         yield Send((0,), 0, TAG_BARRIER)
         yield Recv(1, TAG_BARRIER)
-        yield Compute(message_cpu_s())
+        yield Compute(message_cpu_s() * f)
 
 
 #: A simulated message's tag says its source too: the simulator's receives match by tag alone.

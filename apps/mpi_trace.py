@@ -18,11 +18,14 @@ wrapped as in a real run (apps/mpi_wrap.py) but recording instead of mirroring:
 
 A trace is cached by the program's content, its arguments and the number of ranks (``trace_path``), in
 ``$TESTBED_MPI_TRACES`` or ``~/.cache/testbed/mpi-traces``; the first simulation of a program records it
-and says so on stderr.
+and says so on stderr. It is stamped with the host's speed (apps/speed.py; ``speed_s``, the mean of a
+measurement just before the recording and one just after), so that it can be replayed for another host
+or another time (``cluster.host_speed_s``).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -35,6 +38,7 @@ import time
 from pathlib import Path
 
 from testbed.apps.environ import MPICH_NO_LOCAL, TRACE_PARENT
+from testbed.apps.speed import speed_s
 
 #: Numbers this process's recordings (their PMI key-value spaces must differ: apps/mpi_pmi.py).
 _RECORDINGS = itertools.count()
@@ -42,8 +46,12 @@ _RECORDINGS = itertools.count()
 RECORD_TIMEOUT_S = 600.0
 
 
+#: The environment variable naming the folder traces are cached in (else ~/.cache/testbed/mpi-traces).
+TRACES_ENV = "TESTBED_MPI_TRACES"
+
+
 def cache_dir() -> Path:
-    env = os.environ.get("TESTBED_MPI_TRACES")
+    env = os.environ.get(TRACES_ENV)
     return Path(env) if env else Path.home() / ".cache" / "testbed" / "mpi-traces"
 
 
@@ -75,14 +83,38 @@ def load_or_record(program: str, args: tuple[str, ...], size: int) -> list[list]
         file=sys.stderr,
         flush=True,
     )
+    before = speed_s()
     t0 = time.monotonic()
     ranks = record(program, args, size)
+    recorded = time.monotonic() - t0
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    doc = {"program": str(program), "args": list(args), "size": size, "recorded_s": time.monotonic() - t0}
+    stamp = round((before + speed_s()) / 2, 6)
+    doc = {
+        "program": str(program),
+        "args": list(args),
+        "size": size,
+        "recorded_s": recorded,
+        "speed_s": stamp,
+    }
     tmp.write_text(json.dumps({**doc, "ranks": ranks}))
     tmp.replace(path)
     return ranks
+
+
+def recorded_speed(program: str, args: tuple[str, ...], size: int) -> float | None:
+    """The host's speed stamped on the cached trace (:func:`load_or_record`), or None: not stamped (a
+    trace recorded before stamps), or not recorded."""
+    path = trace_path(program, args, size)
+    if not path.is_file():
+        return None
+    st = path.stat()
+    return _stamp(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.cache
+def _stamp(path: str, mtime_ns: int, nbytes: int) -> float | None:
+    return json.loads(Path(path).read_text()).get("speed_s")  # once per trace: a replay asks per rank
 
 
 def record(program: str, args: tuple[str, ...], size: int, timeout: float = RECORD_TIMEOUT_S) -> list[list]:

@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 
 import yaml
+from testbed.apps.mpi_trace import TRACES_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "tests" / "programs"
@@ -268,7 +269,7 @@ def main() -> int:
     args = ap.parse_args()
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tb-mpi-bench-"))
     tmp.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("TESTBED_MPI_TRACES", str(tmp / "traces"))
+    os.environ.setdefault(TRACES_ENV, str(tmp / "traces"))
     idle0 = _idle()
     out: dict = {}
     for part in args.only.split(","):

@@ -1,7 +1,7 @@
 """Measured models of the NAS kernels, for the simulator's ``nas`` kind (apps/nas/kind.py).
 
 ``python benchmarks/mpi_profiles.py [--kernels ep,is,cg,mg,ft] [--classes S,W,A] [--ranks 1,2,4,8,16]
-[--missing] [--timeout 600] [--takes 3]``
+[--missing | --stamp] [--timeout 600] [--takes 3]``
 
 Each kernel, class and rank count runs ``--takes`` times on real processes (the take whose busiest rank's
 CPU is the median is kept) under apps/mpi_trace.py's recorder: per rank,
@@ -11,6 +11,11 @@ written to ``apps/nas/models/<kernel>-<class>-<ranks>.json.gz`` with the SHA-256
 was recorded from (a model of another version of a kernel is not used), and a summary row to
 ``apps/nas/models/profiles.csv``: CPU per rank (max and mean), messages, bytes, collectives and the bytes
 handed to collectives per rank.
+
+Each model is stamped with the host's speed around its kept take (apps/speed.py: ``speed_s``, also a
+column of the table), so that the simulator can replay it for a host of another speed
+(``cluster.host_speed_s``). ``--stamp`` stamps the models recorded before stamps existed, their traces
+unchanged: from new takes, the speed that each model's CPU implies (:func:`stamp_one`).
 
 Baseline, printed beside each row: the guessed NAS-like profile of the same name (apps/profiles.py, paper
 003 table 2's ranking), as messages sent per rank per CPU-second, which is what that profile was built
@@ -33,6 +38,7 @@ from datetime import UTC, datetime
 from testbed.apps.mpi_trace import RECORDER_VERSION, record
 from testbed.apps.nas.kind import KERNELS, MODELS, NasConfig, kernel_sha256, measured, model_path
 from testbed.apps.profiles import PROFILES
+from testbed.apps.speed import speed_s
 from testbed.apps.synthetic import SyntheticConfig, messages_per_iteration
 from testbed.apps.work import WORK_UNIT_S
 
@@ -41,7 +47,7 @@ from testbed.emulator.mechanism.hostmem import page_reporting_note
 TABLE = MODELS / "profiles.csv"
 COLUMNS = (
     "kernel", "class", "ranks", "cpu_s_max", "cpu_s_mean", "msgs_per_rank", "bytes_per_rank",
-    "collectives_per_rank", "collective_bytes_per_rank", "msgs_per_cpu_s", "recorded_s",
+    "collectives_per_rank", "collective_bytes_per_rank", "msgs_per_cpu_s", "recorded_s", "speed_s",
 )  # fmt: skip
 
 
@@ -78,15 +84,10 @@ def record_one(kernel: str, npb_class: str, size: int, timeout: float, takes: in
     take is not a model. IS.A on 4 ranks, recorded twice on a quiet host: 1.14 and 1.26 s a rank, where
     its real jobs took 1.04-1.10 emulated s; a take that touches memory the host took back pays for it
     (docs/measurements.md, "Why a run's first job is the slowest: memory the host took back")."""
-    cfg = NasConfig(kernel=kernel, npb_class=npb_class)
-    recorded = []
-    for _ in range(takes):
-        t0 = time.monotonic()
-        ranks = record(cfg.program, cfg.args, size, timeout)
-        recorded.append((summarise(ranks)["cpu_s_max"], time.monotonic() - t0, ranks))
+    recorded = takes_of(kernel, npb_class, size, timeout, takes)
     recorded.sort(key=lambda r: r[0])
     cpus = [r[0] for r in recorded]
-    _, took, ranks = recorded[len(recorded) // 2]
+    _, took, ranks, speed = recorded[len(recorded) // 2]
     # Microsecond resolution is below what a thread's CPU clock resolves per call anyway, and it keeps
     # the committed models small.
     for ops in ranks:
@@ -103,6 +104,7 @@ def record_one(kernel: str, npb_class: str, size: int, timeout: float, takes: in
         "host": f"{platform.machine()}, {os.cpu_count()} CPUs",
         "recorded_s": round(took, 2),
         "takes_cpu_s_max": cpus,  # every take's busiest rank, the kept one the median
+        "speed_s": speed,  # the host's speed around the kept take (apps/speed.py)
         "ranks": ranks,
     }
     path = model_path(kernel, npb_class, size)
@@ -112,10 +114,44 @@ def record_one(kernel: str, npb_class: str, size: int, timeout: float, takes: in
     return _row(doc)
 
 
+def takes_of(kernel: str, npb_class: str, size: int, timeout: float, takes: int) -> list[tuple]:
+    """``takes`` recordings, each (busiest rank's CPU, real s, the trace, the host's speed around it:
+    the mean of apps/speed.py's figure just before and just after)."""
+    cfg = NasConfig(kernel=kernel, npb_class=npb_class)
+    out = []
+    before = speed_s()
+    for _ in range(takes):
+        t0 = time.monotonic()
+        ranks = record(cfg.program, cfg.args, size, timeout)
+        took = time.monotonic() - t0
+        after = speed_s()
+        out.append((summarise(ranks)["cpu_s_max"], took, ranks, round((before + after) / 2, 6)))
+        before = after
+    return out
+
+
+def stamp_one(kernel: str, npb_class: str, size: int, timeout: float, takes: int) -> dict:
+    """Stamps a model recorded before stamps with the host speed its CPU implies, the trace unchanged:
+    ``takes`` new recordings now, each with the speed around it; the stamp is the median over them of
+    speed x (the model's busiest rank's CPU / the take's). Valid as far as the kernel's CPU follows
+    apps/speed.py's figure, which is what the stamp is for."""
+    path = model_path(kernel, npb_class, size)
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    kept = summarise(doc["ranks"])["cpu_s_max"]
+    got = takes_of(kernel, npb_class, size, timeout, takes)
+    doc["speed_s"] = round(statistics.median(speed * kept / cpu for cpu, _, _, speed in got), 6)
+    doc["speed_stamped"] = (
+        f"afterwards ({datetime.now(UTC).isoformat(timespec='seconds')}): {takes} new takes' CPU "
+        f"{[t[0] for t in got]} at speeds {[t[3] for t in got]}"
+    )
+    path.write_bytes(gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), mtime=0))
+    return _row(doc)
+
+
 def _row(doc: dict) -> dict:
     summary = summarise(doc["ranks"])
     return {"kernel": doc["kernel"], "class": doc["class"], "ranks": doc["size"], **summary,
-            "recorded_s": doc.get("recorded_s", "")}  # fmt: skip
+            "recorded_s": doc.get("recorded_s", ""), "speed_s": doc.get("speed_s", "")}  # fmt: skip
 
 
 def current_row(kernel: str, npb_class: str, size: int) -> dict | None:
@@ -147,6 +183,11 @@ def main() -> int:
     ap.add_argument("--classes", default="S,W,A")
     ap.add_argument("--ranks", default="1,2,4,8,16")
     ap.add_argument("--missing", action="store_true", help="record only what has no current model")
+    ap.add_argument(
+        "--stamp",
+        action="store_true",
+        help="keep each current model's trace, and stamp it with the host speed that new takes imply",
+    )
     ap.add_argument("--timeout", type=float, default=600.0, help="real s one recording may take")
     ap.add_argument("--takes", type=int, default=3, help="recordings of each; the median one is kept")
     args = ap.parse_args()
@@ -162,7 +203,10 @@ def main() -> int:
                 row = current_row(kernel, npb_class, size) if args.missing else None
                 if row is None:
                     try:
-                        row = record_one(kernel, npb_class, size, args.timeout, args.takes)
+                        if args.stamp and measured(kernel, npb_class, size) is not None:
+                            row = stamp_one(kernel, npb_class, size, args.timeout, args.takes)
+                        else:
+                            row = record_one(kernel, npb_class, size, args.timeout, args.takes)
                     except RuntimeError as exc:  # one model the less; the others still come
                         failed.append(f"{kernel}-{npb_class}-{size}")
                         print(f"{kernel.upper()}.{npb_class} x{size}: not recorded: {exc}", flush=True)

@@ -74,16 +74,27 @@ def kernel_sha256(kernel: str) -> str:
 
 
 @cache
-def measured(kernel: str, npb_class: str, size: int) -> list[list] | None:
-    """The kernel's measured trace on ``size`` ranks, or None when none was recorded from the kernel as
-    it is now."""
+def _model(kernel: str, npb_class: str, size: int) -> dict | None:
     path = model_path(kernel, npb_class, size)
     if not path.is_file():
         return None
     doc = json.loads(gzip.decompress(path.read_bytes()))
     if doc.get("program_sha256") != kernel_sha256(kernel) or doc.get("recorder") != RECORDER_VERSION:
         return None
-    return doc["ranks"]
+    return doc
+
+
+def measured(kernel: str, npb_class: str, size: int) -> list[list] | None:
+    """The kernel's measured trace on ``size`` ranks, or None when none was recorded from the kernel as
+    it is now."""
+    doc = _model(kernel, npb_class, size)
+    return None if doc is None else doc["ranks"]
+
+
+def measured_speed(kernel: str, npb_class: str, size: int) -> float | None:
+    """The host's speed (apps/speed.py) stamped on that model, or None (no model, or not stamped)."""
+    doc = _model(kernel, npb_class, size)
+    return None if doc is None else doc.get("speed_s")
 
 
 class Nas(Mpi):
@@ -160,5 +171,11 @@ class Nas(Mpi):
         ranks = measured(cfg.kernel, cfg.npb_class, size)
         return ranks if ranks is not None else super().trace(cfg, size)
 
+    @classmethod
+    def trace_speed(cls, cfg: NasConfig, size: int) -> float | None:
+        if measured(cfg.kernel, cfg.npb_class, size) is not None:
+            return measured_speed(cfg.kernel, cfg.npb_class, size)
+        return super().trace_speed(cfg, size)
 
-__all__ = ["KERNELS", "Nas", "NasConfig", "measured", "model_path"]
+
+__all__ = ["KERNELS", "Nas", "NasConfig", "measured", "measured_speed", "model_path"]

@@ -103,6 +103,9 @@ class RealOutcome(Outcome):
     #: Why the nodes' host may charge a job for memory a bare-metal node would not (free page reporting:
     #: emulator/mechanism/hostmem.py), or "" where it does not.
     host_memory_note: str | None = None
+    #: CPU s of apps/speed.py's fixed work on this host at the run's start, where a job's simulator model
+    #: is measured (ProgramKind.measured_model): the simulator's ``cluster.host_speed_s`` for this host.
+    host_speed_s: float | None = None
     nodes_down: list[int] | None = None
     agent_hosts: list | None = None
     logs_lost: list[int] | None = None
@@ -119,6 +122,7 @@ class RealOutcome(Outcome):
             "control_cpu_s": self.control_cpu_s,
             "envelope_note": self.envelope_note,
             "host_memory_note": self.host_memory_note,
+            "host_speed_s": self.host_speed_s,
             "nodes_down": self.nodes_down,
             "host_cores": host_cores(),
         }

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from testbed.apps.speed import speed_s
 from testbed.apps.wire import frame_bound
 from testbed.core import events as ev
 from testbed.core.backend import (
@@ -198,6 +199,7 @@ class RayBackend:
         os.environ[RUN_ID_ENV] = out.run_id
         try:
             with interruptible():  # where Ctrl-C stops the run (testbed/core/interrupts.py)
+                self._measure_speed()
                 self._start_ray()
                 infos = self._start_agents()
                 self._probe()
@@ -286,6 +288,20 @@ class RayBackend:
 
     # ----------------------------------------------------------------------------------------------------
     # Bring-up
+
+    def _measure_speed(self) -> None:
+        """The host's speed (apps/speed.py), before anything of the run's starts, where some job replays a
+        measured model in the simulator: what makes the simulator stand for this host and this hour."""
+        if not any(job.kind.measured_model for job in self.jobs):
+            return
+        self._phase("measuring the host's speed")
+        self.outcome.host_speed_s = speed_s()
+        given = self.scn.cluster.host_speed_s
+        if given is not None:
+            self.hooks.notice(
+                f"note: cluster.host_speed_s ({given:g}) is the simulator's; real processes run at this "
+                f"host's speed, measured now: {self.outcome.host_speed_s:g} (summary.json host_speed_s)"
+            )
 
     def _start_ray(self) -> None:
         self._phase("starting Ray")

@@ -69,6 +69,7 @@ class Dedicated:
             nodes=len(rates),
             node_info=[NodeInfo(r) for r in rates],
             **network_options(self._scn),
+            host_speed_s=self._scn.cluster.host_speed_s,
         )
         times = {e["kind"]: e["t"] for e in events if e["kind"] in (ev.JOB_STARTED, ev.JOB_FINISHED)}
         if len(times) < 2:

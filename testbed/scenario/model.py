@@ -207,6 +207,15 @@ class ClusterConfig(_Model):
         "slowing. Stated, not measured (testbed/core/paging.py; docs/policies.md, 'Paging, modelled'); "
         "the simulator applies it, real processes only log it",
     )
+    host_speed_s: float | None = Field(
+        None,
+        gt=0,
+        le=1000,
+        description="the simulator's host: the CPU s that apps/speed.py's fixed work takes on the host the "
+        "simulator stands for (a real run records its own as summary.json's host_speed_s); each measured "
+        "model (a NAS kernel's, an MPI program's) stamped with its recording's figure replays at its CPU "
+        "x this / that. null: models replay as recorded. Real processes run at the host's own speed",
+    )
     nodes_per_process: int = Field(
         8,
         ge=1,

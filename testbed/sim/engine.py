@@ -464,13 +464,16 @@ class Simulation:
         wakeup_turn_s: float = 0.0,
         wakeup_crowd: int = 1,
         paging_cost: float = paging.PAGE_FAULT_COST,
+        host_speed_s: float | None = None,
     ) -> None:
         """``sink(record)`` receives each event as it happens (e.g. a file, so that a run of millions of
         events, or an interrupted one, keeps its log without holding it); by default they are kept in
         :attr:`events`. ``node_info`` gives each node's rate and memory (a heterogeneous cluster); without
         it every node has ``cpu_rate`` and ``node_memory_mb``. ``fast_path=False`` runs every job rank by
         rank (:class:`_Fluid`; the tests check that the two agree). ``paging_cost``: the paging model's
-        page-fault cost (testbed/core/paging.py; a scenario's ``cluster.paging_cost``)."""
+        page-fault cost (testbed/core/paging.py; a scenario's ``cluster.paging_cost``). ``host_speed_s``:
+        the speed of the host the run stands for, told to the programs' models (apps/speed.py; a
+        scenario's ``cluster.host_speed_s``)."""
         _check_args(nodes, cpu_rate, latency_s, switch_skew_s, bandwidth_Bps, paging_cost)
         self.cpu_rate = float(cpu_rate)
         self.latency = float(latency_s)
@@ -500,6 +503,7 @@ class Simulation:
             for n, info in enumerate(node_info)
         ]
         self.paging_cost = float(paging_cost)
+        self.host_speed_s = host_speed_s
         # Paging is modelled only where some process declares memory and some node's is known.
         self._paging = any(j.spec.memory_mb > 0 for j in jobs) and any(i.memory_mb for i in node_info)
         # The head node (number ``nodes``, outside every policy's view) runs the jobs' head processes
@@ -743,7 +747,7 @@ class Simulation:
         size = len(placed)
         for rank, node in enumerate(placed):
             n = node.idx
-            p = _Process(r, rank, node, SimContext(rank, size, self._clock))
+            p = _Process(r, rank, node, SimContext(rank, size, self._clock, self.host_speed_s))
             r.procs.append(p)
             self._touch(node)
             p.q_t0 = self.now
@@ -1473,6 +1477,7 @@ def _options(scn: Scenario) -> dict[str, Any]:
         "wall_limit_s": scn.wall_limit_s,
         **wakeup_options(scn),
         "paging_cost": c.paging_cost,
+        "host_speed_s": c.host_speed_s,
     }
 
 

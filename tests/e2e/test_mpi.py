@@ -101,6 +101,8 @@ def test_unmodified_mpi4py_program_runs_to_completion_on_real_processes(tmp_path
     # Every rank reported MPI_Init's end (the job's start-up, apps/mpi.py).
     inits = {(e["job"], e["rank"]) for e in evs if e["kind"] == "progress" and e["unit"] == "collectives"}
     assert {(j, r) for j, r in started if r < {"ring4": 4, "ring2": 2, "where": 2}[j]} <= inits
+    # The host's speed, measured before the run (its jobs' simulator models are measured ones).
+    assert json.loads((out / "summary.json").read_text())["host_speed_s"] > 0
     assert wait_clean(out) == ([], [])
 
 
@@ -127,6 +129,20 @@ def test_unmodified_mpi4py_program_runs_in_the_simulator_from_a_recorded_trace(t
     assert [r["finish_time"] for r in runs[0][1].values()] == [r["finish_time"] for r in runs[1][1].values()]
     # The replay computes what the program computed: 2 x 6 x 10 ms per rank at least.
     assert all(float(r["finish_time"]) - float(r["starting_time"]) >= 0.12 for r in runs[0][1].values())
+    # Each trace is stamped with the host's speed around its recording (apps/speed.py); told a host
+    # twice as slow as the slower recording, the simulator replays every job at least twice as long.
+    stamps = [json.loads(t.read_text())["speed_s"] for t in (tmp_path / "traces").glob("*.json")]
+    assert all(s > 0 for s in stamps), stamps
+    out = tmp_path / "slow"
+    cmd = [sys.executable, "-m", "testbed.cli", "run", str(scn), "--backend", "sim", "--out", str(out),
+           "--set", f"cluster.host_speed_s={2 * max(stamps)}"]  # fmt: skip
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    slow = _jobs(out)
+    for job, r in runs[0][1].items():
+        was = float(r["finish_time"]) - float(r["starting_time"])
+        got = float(slow[job]["finish_time"]) - float(slow[job]["starting_time"])
+        assert got >= 1.9 * was, (job, was, got)  # 2x the CPU; the links' latency is not the host's
 
 
 @pytest.mark.extended  # about 3 minutes: run in CI when it fits (.ci/run)

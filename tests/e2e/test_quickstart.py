@@ -75,6 +75,8 @@ def test_quickstart_on_real_processes_and_in_the_simulator(tmp_path):
     else:
         assert summary["envelope"].startswith("cgroup") or "NOT fixed" in (summary["envelope_note"] or "")
     assert summary["tdf"] > 1 and summary["startup_s"] > 0
+    # No job replays a measured model in the simulator: the host's speed is not measured (not paid for).
+    assert summary["host_speed_s"] is None and "measuring the host's speed" not in summary["phases_s"]
     assert 0 < summary["utilization"] <= 1.0
     n, power = 16, summary["power_model"]
     expected = (

@@ -185,6 +185,17 @@ def test_the_model_replays_a_recorded_trace(tmp_path, monkeypatch):
     assert ops(2) == []  # the head, the job's process manager
     # The trace is the program's and its arguments': another argument is another trace.
     assert trace_path(str(prog), ("4",), 2) != path
+    # Told a host's speed, a trace without a stamp replays as recorded...
+    assert Mpi.trace_speed(cfg, 2) is None
+    assert list(Mpi.model(cfg, SimContext(0, 3, lambda: 0.0, host_speed_s=0.3))) == ops(0)
+    # ... and a stamped one at that host's speed: every CPU figure (the program's, MPI's) x 0.3 / 0.1.
+    path.write_text(json.dumps({"ranks": ranks, "speed_s": 0.1}))
+    assert Mpi.trace_speed(cfg, 2) == 0.1
+    for rank in (0, 1):
+        slow = list(Mpi.model(cfg, SimContext(rank, 3, lambda: 0.0, host_speed_s=0.3)))
+        assert [type(op) for op in slow] == [type(op) for op in ops(rank)]
+        for got, was in zip(slow, ops(rank), strict=True):
+            assert got == (Compute(pytest.approx(was.cpu_s * 3)) if isinstance(was, Compute) else was)
 
 
 def test_a_program_path_is_relative_to_the_scenario_and_must_exist(tmp_path):
