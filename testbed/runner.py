@@ -385,7 +385,7 @@ def run_once(
                 results.JOBS_PLANNED: len(jobs),
                 results.WORKLOAD_SEED: scn.workload.seed,  # a repetition's own: stated in its results
             },
-            Dedicated(scn, jobs),
+            Dedicated(scn, jobs, outcome.host_speed_s),
         )
         if outcome.cause is not None and not isinstance(outcome.cause, Exception):
             raise outcome.cause  # Ctrl-C: on up, the results written

@@ -71,6 +71,9 @@ class Outcome:
     error: str | None = None
     exit_code: int = 1
     cause: BaseException | None = field(default=None, repr=False, compare=False)
+    #: CPU s of apps/speed.py's fixed work on the run's host, where a real run measured it (its jobs'
+    #: simulator models are measured ones): the host the run's dedicated references stand for.
+    host_speed_s: float | None = None
 
     @property
     def interrupted(self) -> bool:
@@ -103,9 +106,6 @@ class RealOutcome(Outcome):
     #: Why the nodes' host may charge a job for memory a bare-metal node would not (free page reporting:
     #: emulator/mechanism/hostmem.py), or "" where it does not.
     host_memory_note: str | None = None
-    #: CPU s of apps/speed.py's fixed work on this host at the run's start, where a job's simulator model
-    #: is measured (ProgramKind.measured_model): the simulator's ``cluster.host_speed_s`` for this host.
-    host_speed_s: float | None = None
     nodes_down: list[int] | None = None
     agent_hosts: list | None = None
     logs_lost: list[int] | None = None

@@ -28,10 +28,15 @@ BASELINE_SCHEDULER = "batch"
 
 class Dedicated:
     """The dedicated run times of one run's jobs, by job id and the nodes of its start. ``jobs``: the
-    run's jobs as the workload built them (rebuilt from ``scn`` when not given, only once asked)."""
+    run's jobs as the workload built them (rebuilt from ``scn`` when not given, only once asked).
+    ``host_speed_s``: the speed of the host the reference stands for (apps/speed.py), a real run's own
+    as it measured it; by default the scenario's ``cluster.host_speed_s``."""
 
-    def __init__(self, scn: Scenario, jobs: Sequence[Job] | None = None) -> None:
+    def __init__(
+        self, scn: Scenario, jobs: Sequence[Job] | None = None, host_speed_s: float | None = None
+    ) -> None:
         self._scn = scn
+        self._host_speed_s = host_speed_s if host_speed_s is not None else scn.cluster.host_speed_s
         self._jobs = None if jobs is None else {j.job_id: j for j in jobs}
         self._rates = tuple(i.rate for i in scn.cluster.node_info())
         self._times: dict[tuple[str, tuple[float, ...]], float | None] = {}
@@ -69,7 +74,7 @@ class Dedicated:
             nodes=len(rates),
             node_info=[NodeInfo(r) for r in rates],
             **network_options(self._scn),
-            host_speed_s=self._scn.cluster.host_speed_s,
+            host_speed_s=self._host_speed_s,
         )
         times = {e["kind"]: e["t"] for e in events if e["kind"] in (ev.JOB_STARTED, ev.JOB_FINISHED)}
         if len(times) < 2:

@@ -772,7 +772,7 @@ def rebuild(run_dir: Path, ended: str | None = None, allow_empty: bool = False) 
         facts = facts_of(scn, "ray", tdf or old.get("tdf") or 1.0, envelope or old.get("envelope", "unknown"))
     else:
         facts = facts_of(scn, "sim", 1.0, "modelled")
-    dedicated = Dedicated(scn)  # the workload is rebuilt only if some figure needs it
+    dedicated = Dedicated(scn, None, old.get("host_speed_s"))  # the workload: rebuilt only if needed
     computed = summarize(events, facts, dedicated)
     extra = {k: v for k, v in old.items() if k not in computed}
     errors = [e["error"] for e in events if e["kind"] == ev.RUN_ERROR]

@@ -128,6 +128,26 @@ def test_a_generated_job_sized_for_the_slowest_node_takes_its_duration_there():
     assert d.time(job.job_id, (2, 3)) == pytest.approx(work, rel=1e-9)
 
 
+def test_the_reference_stands_for_the_host_speed_it_is_given(tmp_path, monkeypatch):
+    # A measured model (here an MPI program's trace, stamped as recorded at speed 0.1) replays at the
+    # speed of the host the reference stands for: a real run's own, else the scenario's.
+    from testbed.apps.mpi_trace import TRACES_ENV, trace_path
+
+    monkeypatch.setenv(TRACES_ENV, str(tmp_path / "traces"))
+    prog = tmp_path / "prog.py"
+    prog.write_text("from mpi4py import MPI\n")
+    path = trace_path(str(prog), (), 2)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"ranks": [[["c", 1.5]], [["c", 1.0]]], "speed_s": 0.1}))
+    job = {"id": "m", "size": 2, "app": {"kind": "mpi", "program": str(prog)}}
+    fast = {"nodes": 2, "network": {"latency_us": 0}}
+    assert Dedicated(_scn([job], fast)).time("m", (0, 1)) == pytest.approx(1.5, rel=1e-6)
+    assert Dedicated(_scn([job], fast), None, 0.3).time("m", (0, 1)) == pytest.approx(4.5, rel=1e-6)
+    slow = dict(fast, host_speed_s=0.2)
+    assert Dedicated(_scn([job], slow)).time("m", (0, 1)) == pytest.approx(3.0, rel=1e-6)
+    assert Dedicated(_scn([job], slow), None, 0.05).time("m", (0, 1)) == pytest.approx(0.75, rel=1e-6)
+
+
 def test_identical_jobs_are_simulated_once():
     jobs = [{"id": f"j{i}", "size": 2, "app": COMPUTE} for i in range(3)]
     other = {"id": "k", "size": 2, "app": dict(COMPUTE, iterations=9)}
