@@ -267,8 +267,14 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--keep", default=None, help="keep the runs' folders here")
     args = ap.parse_args()
-    tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tb-mpi-bench-"))
-    tmp.mkdir(parents=True, exist_ok=True)
+    if args.keep:
+        Path(args.keep).mkdir(parents=True, exist_ok=True)
+        return _bench(args, Path(args.keep))
+    with tempfile.TemporaryDirectory(prefix="tb-mpi-bench-") as tmp:  # each run left its folder before
+        return _bench(args, Path(tmp))
+
+
+def _bench(args: argparse.Namespace, tmp: Path) -> int:
     os.environ.setdefault(TRACES_ENV, str(tmp / "traces"))
     idle0 = _idle()
     out: dict = {}
