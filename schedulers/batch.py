@@ -84,9 +84,10 @@ class BatchGlobal(FcfsQueue):
             actions.extend(self._backfill(now))
         return actions
 
-    def _reservation(self, now: float) -> tuple[float, set[int]]:
-        """EASY: the earliest time the head can start by the running jobs' estimates, and the free nodes
-        held for it until then. Jobs that overran their estimate are taken to end now.
+    def _reservation(self, now: float) -> tuple[float, int]:
+        """EASY: the earliest time the head can start by the running jobs' estimates, and how many of the
+        free nodes are held for it until then (the lowest-numbered: :meth:`_held`). Jobs that overran their
+        estimate are taken to end now.
 
         The nodes freed by then are held first, the free nodes only for the rest: busy nodes cannot be
         backfilled anyway, so the free nodes left over are EASY's extra nodes (those free at the shadow
@@ -108,8 +109,15 @@ class BatchGlobal(FcfsQueue):
             fit = len(nodes) if self.mem.alike else len(self._free_for(head, set(nodes)))
             avail += fit
             freed_later += fit
-        rest = head.size - freed_later
-        return shadow, set(sorted(free)[:rest]) if rest > 0 else set()
+        return shadow, max(0, min(head.size - freed_later, avail - freed_later))
+
+    def _held(self, count: int) -> set[int]:
+        """The ``count`` lowest-numbered free nodes that the head can use: those held for it (all of them,
+        unsorted, when it needs every one: a wide head mostly does)."""
+        usable = self._free_for(self.queue[0])
+        if count >= len(usable):
+            return set(usable)
+        return set(sorted(usable)[:count]) if count else set()
 
     def _backfill(self, now: float) -> list[GlobalAction]:
         # The later jobs no wider than the free nodes, in queue order: only they can start (the free nodes
@@ -119,16 +127,23 @@ class BatchGlobal(FcfsQueue):
         candidates = [j for j in self.queue[1:] if j.size <= free_now]
         if not candidates:
             return []  # no later job fits on the free nodes: the reservation need not be worked out
-        shadow, held = self._reservation(now)
+        shadow, count = self._reservation(now)
         if math.isinf(shadow):
             return []  # the head waits on a job of unknown length: nothing may pass it
         actions: list[GlobalAction] = []
+        # The free nodes held, listed (a sort of the free nodes) only once some job starts: until then a
+        # long job on alike nodes fits or not by their count alone, and mostly none starts.
+        held: set[int] | None = None
         spare: set[int] | None = None  # the free nodes not held (on alike nodes: kept as jobs start)
         for job in candidates:
             free = self._free_for(job)
             if job.size > len(free):
                 continue
             ends_in_time = job.estimate is not None and now + job.estimate <= shadow
+            if held is None:
+                if not ends_in_time and self.mem.alike and job.size > len(free) - count:
+                    continue  # more than the free nodes not held
+                held = self._held(count)
             if ends_in_time:
                 # Free nodes held for the head first: they are free again by the shadow time, and the
                 # extra nodes stay free for a long job (EASY lets one take them).

@@ -151,8 +151,11 @@ def _lublin(scn: Scenario, gen: LublinGenerator, waits: _Waits) -> list[Job]:
     base = len(scn.workload.jobs)
     out = []
     for k, d in enumerate(drawn):
-        run = d.run_s * gen.time_scale
-        submit = round((d.submit_s - t0) * gen.time_scale * gen.arrival_scale, 6)
+        # Python floats of the drawn numpy values (the same doubles): numpy scalars made every time of the
+        # simulation one (its arithmetic and rounding several times a float's, and each log record's
+        # times converted by the writer); 100,000 jobs, benchmarks/sim_scale.py.
+        run = float(d.run_s * gen.time_scale)
+        submit = float(round((d.submit_s - t0) * gen.time_scale * gen.arrival_scale, 6))
         plan = _plan(
             gen.app, submit, scn, Shape(size=d.size, work=(run, max(1, math.ceil(run / gen.step_s))))
         )

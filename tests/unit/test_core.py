@@ -114,6 +114,8 @@ def _reset():
     [
         (Start("ghost", (0,)), "Start of job ghost: no such job"),
         (Start("a", (7,)), "Start of job a: node(s) [7] out of range (the cluster has nodes 0..1)"),
+        (Start("a", (-1,)), "Start of job a: node(s) [-1] out of range"),
+        (Start("a", (0.5,)), "Start of job a: node(s) [0.5] out of range"),  # a node is a whole number
         (Start("a", (0, 1)), "Start of job a: 2 nodes [0, 1] for a job of size 1"),
         (Reject("b", "why"), "Reject of job b: the job is pending, not queued"),
         (Kill("a", "x"), "Kill of job a: the job is queued, not running"),

@@ -96,3 +96,22 @@ def test_the_generator_in_a_scenario_is_seeded_scaled_and_fits_the_cluster():
     assert {j.spec.job_class for j in build(load(doc=split))} == {"batch", "interactive"}
     with pytest.raises(ScenarioError, match=r"workload.generator.kind: unknown generator kind 'lublim'"):
         load(doc={"workload": {"generator": {"kind": "lublim", "count": 3}}})
+
+
+def test_the_generators_times_and_work_are_python_floats():
+    """The drawn numpy values reach the jobs as Python floats of the same value: a numpy scalar made every
+    time of a simulation one (slower arithmetic and rounding, and a conversion for each log record; issue
+    23), and rounded a logged time by numpy's rule, not Python's correctly rounded one."""
+    doc = {
+        "cluster": {"nodes": 16},
+        "scheduler": {"name": "batch"},
+        "workload": {"seed": 4, "generator": {"kind": "lublin", "count": 50, "app": {"barrier": False}}},
+    }
+    jobs = build(load(doc=doc))
+    assert all(type(j.spec.submit_time) is float for j in jobs)
+    assert all(type(j.spec.estimate) is float for j in jobs if j.spec.estimate is not None)
+    drawn = L.draw(50, 16, 4)
+    t0 = drawn[0].submit_s
+    assert [j.spec.submit_time for j in jobs] == sorted(float(round(d.submit_s - t0, 6)) for d in drawn)
+    work = [j.kind.compute_only(j.app, j.spec.size) for j in jobs]
+    assert all(type(w) is float for w in work)
