@@ -45,8 +45,9 @@ PROC_CPU = "proc_cpu"  # node, job, rank, cpu_s (cumulative)
 QUANTUM_CPU = "quantum_cpu"  # node, samples: [[job, rank, utilisation, interval], ...] (paired gang)
 PROGRESS = "progress"  # node, job, rank, unit ("barriers"), value (cumulative)
 RATE_PROBE = "rate_probe"  # node, cpu_rate (its own), configured, delivered (real cores), error, seconds
-#: node, t0 (window start), w (real s), cpu, wait, explained, entitled (real CPU s), error (None: its
-#: threads were runnable less than half the window): the rate watch's window (mechanism/ratewatch.py)
+#: node, t0 (window start), w (real s), cpu, wait, explained, entitled, runnable (the threads' runnable
+#: time, summed), longest (one thread's) (real s), error (None: its threads were runnable less than half
+#: the window): the rate watch's window (mechanism/ratewatch.py)
 RATE_WINDOW = "rate_window"
 NODE_DOWN = "node_down"  # node, reason
 # A local policy's CoopEvent (schedulers/base.py) sent to its job's other nodes (node, to: [nodes], event:

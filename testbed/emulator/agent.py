@@ -700,6 +700,7 @@ class NodeAgent:
                     ev.RATE_WINDOW, t=self.clock.emu_at(now), node=self.node, t0=self.clock.emu_at(t_prev),
                     w=round(win.seconds, 6), cpu=round(win.cpu, 6), wait=round(win.wait, 6),
                     explained=round(win.explained, 6), entitled=round(win.entitled, 6),
+                    runnable=round(win.runnable, 6), longest=round(win.longest, 6),
                     error=None if win.error is None else round(win.error, 6),
                 )  # fmt: skip
             t_prev = now

@@ -600,7 +600,8 @@ def rate_watch(t: Tally) -> dict:
 
 
 def rate_warning(s: dict) -> str | None:
-    """One line when some node fell more than RATE_WINDOW_WARN below its rate in a window of the watch."""
+    """One line when some node fell more than RATE_WINDOW_WARN below its rate in a window of the watch
+    (its figure a floor: mechanism/ratewatch.py reads a shortfall low rather than high)."""
     err = s.get(RATE_WINDOW_ERROR_MAX)
     if err is None or err <= RATE_WINDOW_WARN:
         return None
@@ -617,7 +618,7 @@ def rate_warning(s: dict) -> str | None:
     return (
         f"node {n} fell {e:.1%} below its CPU rate in its worst window{where}; {len(bad)} nodes fell more "
         f"than {RATE_WINDOW_WARN:.0%} below{share}: the host took CPU the nodes were due, and times there "
-        "are stretched by as much"
+        "are stretched by at least as much"
     )
 
 
