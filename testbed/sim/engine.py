@@ -43,7 +43,7 @@ import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -256,7 +256,7 @@ class _Fluid:
     def __init__(
         self,
         job: Job,
-        nodes: list[_Node],
+        nodes: Sequence[_Node],
         plan: Lockstep,
         delay: float,
         now: float,
@@ -272,7 +272,8 @@ class _Fluid:
         self.lanes = [_Lane(plan.work, now) for _ in range(2 if plan.barrier else 1)]
         self.running = False
         self.ver = 0  # end events of older versions are stale
-        self.gone: set[int] = set()  # ranks that exited, or died with their node
+        # Ranks that exited, or died with their node; all of them as a range once they ended together.
+        self.gone: set[int] | range = set()
         self.told = [0] * len(self.lanes)  # each lane's Progress logged so far
         # One compute phase whose work ends at the instant of the switch that stops it ends then (the
         # docs' section on this path, (3)); a lockstep step's compute ends when the job next runs.
@@ -380,6 +381,30 @@ class _Fluid:
                     lane.due = t if lane.work <= EPS else t + lane.work / self.rate
                     lane.due_set = t
         self._run(self.lanes, t, math.inf)
+
+
+class _Placed:
+    """A piece's nodes, rank r's at ``[r]``, looked up as they are asked for: the job's node numbers are
+    kept, not a list of its nodes made at each start (677 a job in benchmarks/sim_scale.py's 100,000 jobs),
+    of which a batch run reads the first (the rate, a record's source)."""
+
+    __slots__ = ("cluster", "ids")
+
+    def __init__(self, cluster: list[_Node], ids: Sequence[int]) -> None:
+        self.cluster = cluster
+        self.ids = ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, rank: int) -> _Node:
+        return self.cluster[self.ids[rank]]
+
+    def __iter__(self) -> Iterator[_Node]:
+        return map(self.cluster.__getitem__, self.ids)
+
+    def index(self, node: _Node) -> int:
+        return self.ids.index(node.idx)
 
 
 class _Node:
@@ -804,7 +829,7 @@ class Simulation:
         """Starts ``job`` as one piece if it can run so; False when it must run rank by rank."""
         if job.kind.head:
             return False
-        placed = list(map(self.nodes.__getitem__, nodes))
+        placed = _Placed(self.nodes, nodes)
         rate = placed[0].rate
         if not self._one_rate and any(node.rate != rate for node in placed):
             return False  # ranks at different rates drift apart
@@ -946,7 +971,10 @@ class Simulation:
         """Takes ``f``'s ``ranks`` (of one lane) off their nodes and logs their ends, as :meth:`_ended`
         logs a process's."""
         job_id = f.job.job_id
-        f.gone.update(ranks)
+        if not f.gone and len(ranks) == len(f.nodes):
+            f.gone = range(len(f.nodes))  # every rank at once (the job's end): no set of 677 ranks
+        elif ranks:  # (none left to add once all have gone: a lane of no ranks ends with the others)
+            f.gone.update(ranks)
         if self._node_fluid:
             for rank in ranks:
                 del f.nodes[rank].fluid[job_id]
