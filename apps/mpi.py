@@ -161,10 +161,10 @@ class Mpi(ProgramKind):
     def model(cls, cfg: MpiConfig, ctx: SimContext) -> Iterator[Op]:
         """The program's trace, recorded on real processes the first time (apps/mpi_trace.py), replayed:
         computes, sends and receives (a receive matches the source and tag it matched when recorded:
-        both are in the simulator's tag), and each collective as a barrier through rank 0 between its
-        enter and leave notices, as the mirrored run does (apps/mpi_wrap.py). Each send and receive,
-        the barriers' too, also costs the CPU the mirror spends on it (:func:`message_cpu_s`), and each
-        collective the CPU that MPI spends on its data (:func:`collective_cpu_s`)."""
+        both are in the simulator's tag), and each collective as a barrier through rank 0 then the CPU
+        that MPI spends on its data (:func:`collective_cpu_s`), between its enter and leave notices, as
+        the mirrored run does (apps/mpi_wrap.py). Each send and receive, the barriers' too, also costs
+        the CPU the mirror spends on it (:func:`message_cpu_s`)."""
         n = ctx.size - 1
         if ctx.rank == n:
             return  # the head: the process manager does nothing the simulator models
@@ -187,8 +187,8 @@ class Mpi(ProgramKind):
                 yield Collective(op[1], True)
                 if n > 1:
                     yield from _barrier(ctx.rank, n, f)
+                yield Compute(collective_cpu_s(op[1], op[2]) * f)  # inside: MPI's work on the data
                 yield Collective(op[1], False)
-                yield Compute(collective_cpu_s(op[1], op[2]) * f)
                 done += 1
                 yield Progress(COLLECTIVES_UNIT, done)
 

@@ -16,7 +16,9 @@ with. A job that spins (``wait_mode: spin``) on an ideal network under a policy 
 runs MPI direct, at its own speed, and only its collectives are counted. Then the real MPI call runs, and
 moves the real data (MPICH's network module, between processes of this
 host). A collective is a tbcomm barrier among the job's ranks (linear through rank 0: two link hops, as
-tbcomm's own collectives), named after the MPI operation, then the MPI collective.
+tbcomm's own collectives), named after the MPI operation, then the MPI collective; the node hears that
+the rank left it once MPI has returned, so a boost for the collective (HYBRID) covers MPI's work on the
+data too.
 
 Mechanism: ``mpi4py.MPI.COMM_WORLD`` is replaced, as the program imports ``mpi4py.MPI`` (an import hook:
 MPI_Init runs then, with the program's own ``mpi4py.rc`` settings), by an instance of a Python
@@ -123,9 +125,10 @@ class _Mirror:
             costs.clear()
 
     def collective(self, op: str, nbytes: int = 0) -> None:
-        """A barrier among the n MPI ranks through tbcomm (not the head), announced to the node as ``op``.
-        ``nbytes`` (the data the rank hands MPI) is not needed: MPI moves the data itself, after."""
-        from testbed.apps.tbcomm import COLL_ENTER, COLL_LEAVE
+        """The collective ``op`` entered (announced to the node), then a barrier among the n MPI ranks
+        through tbcomm (not the head). ``nbytes`` (the data the rank hands MPI) is not needed: MPI moves
+        the data itself, after; :meth:`collective_left` once it has."""
+        from testbed.apps.tbcomm import COLL_ENTER
 
         tb = self.tb
         if not self.active:
@@ -141,8 +144,16 @@ class _Mirror:
             else:
                 tb._send(0, b"", _TAG_BARRIER)
                 tb._recv(0, _TAG_BARRIER, None)
-        tb._notice(COLL_LEAVE, op)
-        self._count()
+
+    def collective_left(self, op: str) -> None:
+        """MPI's collective returned, its data moved: the node is told the rank left it. A policy that
+        boosts a collective (HYBRID: paper 003 raises a process's priority from its entry to its exit)
+        boosts MPI's work on the data too, which for an all-to-all is most of the collective's CPU."""
+        from testbed.apps.tbcomm import COLL_LEAVE
+
+        if self.active:
+            self.tb._notice(COLL_LEAVE, op)
+            self._count()
 
     def _count(self) -> None:
         """One more collective done; reported at most every REPORT_EVERY_S (a report is a frame to the
@@ -337,8 +348,11 @@ def _collective(plain, nonblocking, mirror):
         nbytes = _collective_bytes(args, kwargs, buffers) if mirror.wants_bytes else 0
         mirror.collective(op, nbytes)
         if nonblocking is None or not getattr(mirror, "active", True):
-            return plain(self, *args, **kwargs)
-        _await(nonblocking(self, *args, **kwargs))
+            result = plain(self, *args, **kwargs)
+        else:
+            result = _await(nonblocking(self, *args, **kwargs))
+        mirror.collective_left(op)
+        return result
 
     call.__name__ = plain.__name__
     return call
