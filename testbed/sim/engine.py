@@ -955,7 +955,11 @@ class Simulation:
             f.told[i] = lane.said
             # A lane's ranks do the same at this instant: one record for them all (each rank's Progress
             # then its end, rank by rank, before).
-            ranks = [r for r in f.ranks_of(i) if r not in f.gone] if f.gone else f.ranks_of(i)
+            # Its live ranks: its whole range, a step for each of the few gone ranks (rank 0's, once its lane
+            # ended first), not for each of its ranks, unless some of them died with their node.
+            ranks = f.ranks_of(i)
+            if any(r in ranks for r in f.gone):
+                ranks = [r for r in ranks if r not in f.gone]
             if said:
                 self._emit_ranks(f, ranks, ev.PROGRESS, unit=f.plan.unit, value=said)
             if lane.end is not None:
