@@ -128,3 +128,52 @@ def test_paper_000_figures_from_realtime_jobs_and_latency_samples():
     assert got["be_mean_response_time_s"] == 4.0  # b2 never finished: not counted
     assert abs(got["frame_latency_s_mean.rt"] - 0.05) < 1e-12 and got["frame_latency_s_max.rt"] == 0.07
     assert not any(k.startswith("frame_latency_s_per_s") for k in t.progress_rates())
+
+
+def test_rebuilding_a_simulated_run_streams_its_log_and_keeps_its_error(tmp_path, monkeypatch):
+    """`testbed results` reads a simulated run's log once, as it streams, into one Tally (held whole, the
+    100,000-job run's 1 GB log took 8.9 GB): the same jobs.csv and summary.json as the run wrote, and a
+    run_error record, met on the way, still becomes the summary's error."""
+    import json
+
+    import orjson
+
+    from testbed import runner
+    from testbed.scenario import load
+
+    doc = {
+        "cluster": {"nodes": 4},
+        "scheduler": {"name": "batch", "params": {"backfill": True}},
+        "workload": {
+            "seed": 2,
+            "generator": {"count": 12, "mean_interarrival_s": 1, "duration": {"mean_s": 3}},
+        },
+    }
+    out = tmp_path / "run"
+    written = runner.run_once(load(doc=doc), "sim", out)
+    jobs = (out / "jobs.csv").read_text()
+    steps: list[str] = []  # "read" as the log yields a record, "add" as the Tally takes one
+    real_read, real_add = ev.read_jsonl, results.Tally.add
+
+    def reading(path):
+        for e in real_read(path):
+            steps.append("read")
+            yield e
+
+    def adding(self, e):
+        steps.append("add")
+        real_add(self, e)
+
+    monkeypatch.setattr(ev, "read_jsonl", reading)
+    monkeypatch.setattr(results.Tally, "add", adding)
+    assert results.rebuild(out) == written
+    assert (out / "jobs.csv").read_text() == jobs
+    lines = (out / "events.jsonl").read_bytes().count(b"\n")
+    assert steps == ["read", "add"] * lines  # each record tallied as it is read, once
+    monkeypatch.setattr(results.Tally, "add", real_add)
+    error = {"t": 99.0, "wall": 99.0, "src": "coordinator", "kind": ev.RUN_ERROR, "error": "boom"}
+    with open(out / "events.jsonl", "ab") as fh:
+        fh.write(orjson.dumps(error) + b"\n")
+    assert results.rebuild(out)["error"] == "boom"
+    assert json.loads((out / "summary.json").read_text())["error"] == "boom"
+    assert (out / "jobs.csv").read_text() == jobs
