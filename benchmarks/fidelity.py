@@ -26,15 +26,8 @@
   sharing has not).
 * nas_<kernel>_speed_ratio: the same real jobs against the simulator told this host's speed as the real
   run measured it at its start (summary.json host_speed_s -> cluster.host_speed_s): the shipped model's
-  CPU scaled by that speed over the one stamped on the model (apps/speed.py). 1 where the model has no
-  stamp.
-* nas_<kernel>_fresh_ratio: the same real jobs against the simulator replaying a model recorded in the
-  same minutes (the ``mpi`` kind's first-use recorder, apps/mpi_trace.py, into a folder of this run's:
-  one take just before the real run and one just after; the simulated time is their mean). The shipped
-  models were recorded once, and this host's speed drifts by up to 15-20 % within minutes
-  (docs/measurements.md, "Each kernel against a model of the same minutes"): this figure is the
-  emulator's own error, without the drift. nas_<kernel>_model_cpu is the fresh takes' CPU (busiest
-  rank, mean of the two) over the shipped model's: how far the host has moved since the recording.
+  CPU scaled by that speed over the one stamped on the model (apps/speed.py); not measured for a model
+  recorded before stamps (docs/measurements.md, "Each kernel against a model of the same minutes").
 
 The last line printed is one JSON object; a figure that could not be measured is an ``"error: ..."``
 string there. Note what else runs on the host: the run prints /proc/stat's idle share over the benchmark.
@@ -45,7 +38,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -65,7 +57,6 @@ TARGETS = {
     "rank_start_ms_p99": "<= 5",
     **{f"nas_{k}_ratio": "0.9-1.1" for k in ("ep", "is", "cg", "mg", "ft")},
     **{f"nas_{k}_speed_ratio": "0.9-1.1" for k in ("ep", "is", "cg", "mg", "ft")},
-    **{f"nas_{k}_fresh_ratio": "0.9-1.1" for k in ("ep", "is", "cg", "mg", "ft")},
 }
 
 
@@ -232,36 +223,6 @@ def nas_doc(kernel: str, npb_class: str, ranks: int, reps: int, period_ms: float
     }
 
 
-def fresh_doc(doc: dict, kernel: str, npb_class: str) -> dict:
-    """``doc`` with each job the same kernel as an ``mpi`` program: the same processes on a real cluster
-    (apps/nas/kind.py), while the simulator replays the trace its first-use recorder takes now."""
-    from testbed.apps.nas.kind import NasConfig
-
-    program = NasConfig(kernel=kernel, npb_class=npb_class).program
-    app = {"kind": "mpi", "program": program, "args": [npb_class]}
-    jobs = [{**j, "app": app} for j in doc["workload"]["jobs"]]
-    return {**doc, "name": f"{doc['name']}-fresh", "workload": {**doc["workload"], "jobs": jobs}}
-
-
-def fresh_take(base: Path, name: str, doc: dict) -> tuple[dict[str, float], float]:
-    """The simulated times of ``doc``'s jobs from a trace recorded now (its own cache folder, so nothing
-    is reused), and the busiest rank's CPU in that trace."""
-    from testbed.apps.mpi_trace import TRACES_ENV, trace_path
-
-    from testbed.core import events as ev
-
-    os.environ[TRACES_ENV] = str(base / f"{name}-traces")
-    try:
-        sim(doc, base / name)
-        app = doc["workload"]["jobs"][0]["app"]
-        size = doc["workload"]["jobs"][0]["size"]
-        ranks = json.loads(trace_path(app["program"], tuple(app["args"]), size).read_text())["ranks"]
-    finally:
-        del os.environ[TRACES_ENV]
-    cpu = max(sum(op[1] for op in ops if op[0] == "c") for ops in ranks)
-    return exec_times(list(ev.read_jsonl(base / name / "events.jsonl"))), cpu
-
-
 def measure_nas(
     base: Path, kernels: list[str], npb_class: str, ranks: int, reps: int, out: dict, period_ms: float | None
 ) -> None:
@@ -277,17 +238,14 @@ def measure_nas(
 
 
 def measure_kernel(base: Path, kernel: str, npb_class: str, doc: dict, out: dict) -> None:
-    """One kernel's figures: real against the shipped model, and against models of the same minutes."""
-    from testbed.apps.nas.kind import measured, measured_speed
+    """One kernel's figures: real against its model, as shipped and at the run's measured host speed."""
+    from testbed.apps.nas.kind import measured_speed
 
     from testbed.core import events as ev
 
     sim(doc, base / f"nas-{kernel}-sim")
     sim_t = exec_times(list(ev.read_jsonl(base / f"nas-{kernel}-sim" / "events.jsonl")))
-    fresh = fresh_doc(doc, kernel, npb_class)
-    before, cpu_before = fresh_take(base, f"nas-{kernel}-fresh-before", fresh)
     r = core.run(base, f"nas-{kernel}", doc)
-    after, cpu_after = fresh_take(base, f"nas-{kernel}-fresh-after", fresh)
     real_t = exec_times(r.need())
     reps = len(doc["workload"]["jobs"]) - WARMUP_JOBS
     counted = [f"{kernel}{i}" for i in range(WARMUP_JOBS, WARMUP_JOBS + reps)]
@@ -295,34 +253,26 @@ def measure_kernel(base: Path, kernel: str, npb_class: str, doc: dict, out: dict
         done = sum(j in real_t for j in counted)
         raise RuntimeError(f"{done} of {reps} jobs completed ({r.error or 'see the run'})")
     ratios = [real_t[j] / sim_t[j] for j in counted]
-    # The simulator standing for this host at the run's start (its measured speed, apps/speed.py).
-    host = r.summary["host_speed_s"]
-    at_speed = {**doc, "cluster": {**doc["cluster"], "host_speed_s": host}}
-    sim(at_speed, base / f"nas-{kernel}-sim-at-speed")
-    speed_t = exec_times(list(ev.read_jsonl(base / f"nas-{kernel}-sim-at-speed" / "events.jsonl")))
-    fresh_s = (before[counted[0]] + after[counted[0]]) / 2
-    size = doc["workload"]["jobs"][0]["size"]
-    shipped = measured(kernel, npb_class, size)
-    shipped_cpu = max(sum(op[1] for op in ops if op[0] == "c") for ops in shipped)
     warm = [round(real_t[j] / sim_t[j], 3) for j in (f"{kernel}{i}" for i in range(WARMUP_JOBS))]
     out[f"nas_{kernel}_warmup_ratio"] = warm
     out[f"nas_{kernel}_ratio"] = round(statistics.median(ratios), 3)
     out[f"nas_{kernel}_sim_s"] = round(statistics.median(sim_t.values()), 3)
     out[f"nas_{kernel}_real_s"] = [round(real_t[j], 3) for j in counted]
-    out[f"nas_{kernel}_host_speed_s"] = host
-    out[f"nas_{kernel}_speed_ratio"] = round(statistics.median(real_t[j] / speed_t[j] for j in counted), 3)
-    out[f"nas_{kernel}_fresh_sim_s"] = [round(before[counted[0]], 3), round(after[counted[0]], 3)]
-    out[f"nas_{kernel}_fresh_ratio"] = round(statistics.median(real_t[j] for j in counted) / fresh_s, 3)
-    out[f"nas_{kernel}_model_cpu"] = round((cpu_before + cpu_after) / 2 / shipped_cpu, 3)
     each = ", ".join(f"{x:.3f}" for x in ratios)
     say(f"  real {out[f'nas_{kernel}_real_s']} s, sim {out[f'nas_{kernel}_sim_s']} s: ratio median "
         f"{out[f'nas_{kernel}_ratio']} (each {each}; warm-up {warm}, not counted)")  # fmt: skip
-    stamp = measured_speed(kernel, npb_class, size)
-    say(f"  the simulator at this host's speed ({host:g} s; the model's {stamp}): ratio "
+    # The simulator standing for this host at the run's start (its measured speed, apps/speed.py).
+    host = out[f"nas_{kernel}_host_speed_s"] = r.summary["host_speed_s"]
+    stamp = measured_speed(kernel, npb_class, doc["workload"]["jobs"][0]["size"])
+    if stamp is None:
+        out[f"nas_{kernel}_speed_ratio"] = "not measured: the model has no speed stamp (recorded before them)"
+        return
+    at_speed = {**doc, "cluster": {**doc["cluster"], "host_speed_s": host}}
+    sim(at_speed, base / f"nas-{kernel}-sim-at-speed")
+    speed_t = exec_times(list(ev.read_jsonl(base / f"nas-{kernel}-sim-at-speed" / "events.jsonl")))
+    out[f"nas_{kernel}_speed_ratio"] = round(statistics.median(real_t[j] / speed_t[j] for j in counted), 3)
+    say(f"  the simulator at this host's speed ({host:g} s; the model's {stamp:g} s): ratio "
         f"{out[f'nas_{kernel}_speed_ratio']}")  # fmt: skip
-    say(f"  models of the same minutes (before, after): sim {out[f'nas_{kernel}_fresh_sim_s']} s, ratio "
-        f"{out[f'nas_{kernel}_fresh_ratio']}; their CPU over the shipped model's "
-        f"{out[f'nas_{kernel}_model_cpu']}")  # fmt: skip
 
 
 def verdict(key: str, v) -> str:
