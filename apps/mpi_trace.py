@@ -18,7 +18,7 @@ wrapped as in a real run (apps/mpi_wrap.py) but recording instead of mirroring:
 
 A trace is cached by the program's content, its arguments and the number of ranks (``trace_path``), in
 ``$TESTBED_MPI_TRACES`` or ``~/.cache/testbed/mpi-traces``; the first simulation of a program records it
-and says so on stderr. It is stamped with the host's speed (apps/speed.py; ``speed_s``, the mean of a
+and says so on stderr. It is stamped with the host's speed (apps/speed.py ``stamp``: the mean of a
 measurement just before the recording and one just after), so that it can be replayed for another host
 or another time (``cluster.host_speed_s``).
 """
@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 from testbed.apps.environ import MPICH_NO_LOCAL, TRACE_PARENT
-from testbed.apps.speed import speed_s
+from testbed.apps.speed import speed_s, stamp, stamp_of
 
 #: Numbers this process's recordings (their PMI key-value spaces must differ: apps/mpi_pmi.py).
 _RECORDINGS = itertools.count()
@@ -89,14 +89,8 @@ def load_or_record(program: str, args: tuple[str, ...], size: int) -> list[list]
     recorded = time.monotonic() - t0
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    stamp = round((before + speed_s()) / 2, 6)
-    doc = {
-        "program": str(program),
-        "args": list(args),
-        "size": size,
-        "recorded_s": recorded,
-        "speed_s": stamp,
-    }
+    doc = {"program": str(program), "args": list(args), "size": size, "recorded_s": recorded}
+    doc.update(stamp((before + speed_s()) / 2))
     tmp.write_text(json.dumps({**doc, "ranks": ranks}))
     tmp.replace(path)
     return ranks
@@ -114,7 +108,7 @@ def recorded_speed(program: str, args: tuple[str, ...], size: int) -> float | No
 
 @functools.cache
 def _stamp(path: str, mtime_ns: int, nbytes: int) -> float | None:
-    return json.loads(Path(path).read_text()).get("speed_s")  # once per trace: a replay asks per rank
+    return stamp_of(json.loads(Path(path).read_text()))  # once per trace: a replay asks per rank
 
 
 def record(program: str, args: tuple[str, ...], size: int, timeout: float = RECORD_TIMEOUT_S) -> list[list]:

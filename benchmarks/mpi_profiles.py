@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from testbed.apps.mpi_trace import RECORDER_VERSION, record
 from testbed.apps.nas.kind import KERNELS, MODELS, NasConfig, kernel_sha256, measured, model_path
 from testbed.apps.profiles import PROFILES
-from testbed.apps.speed import speed_s
+from testbed.apps.speed import speed_s, stamp, stamp_of
 from testbed.apps.synthetic import SyntheticConfig, messages_per_iteration
 from testbed.apps.work import WORK_UNIT_S
 
@@ -106,7 +106,7 @@ def record_one(kernel: str, npb_class: str, size: int, timeout: float, takes: in
         "host": f"{platform.machine()}, {os.cpu_count()} CPUs",
         "recorded_s": round(took, 2),
         "takes_cpu_s_max": cpus,  # every take's busiest rank, the kept one the median
-        "speed_s": speed,  # the host's speed around the kept take (apps/speed.py)
+        **stamp(speed),  # the host's speed around the kept take (apps/speed.py)
         "ranks": ranks,
     }
     path = model_path(kernel, npb_class, size)
@@ -127,7 +127,7 @@ def takes_of(kernel: str, npb_class: str, size: int, timeout: float, takes: int)
         ranks = record(cfg.program, cfg.args, size, timeout)
         took = time.monotonic() - t0
         after = speed_s()
-        out.append((summarise(ranks)["cpu_s_max"], took, ranks, round((before + after) / 2, 6)))
+        out.append((summarise(ranks)["cpu_s_max"], took, ranks, (before + after) / 2))
         before = after
     return out
 
@@ -135,7 +135,7 @@ def takes_of(kernel: str, npb_class: str, size: int, timeout: float, takes: int)
 def _row(doc: dict) -> dict:
     summary = summarise(doc["ranks"])
     return {"kernel": doc["kernel"], "class": doc["class"], "ranks": doc["size"], **summary,
-            "recorded_s": doc.get("recorded_s", ""), "speed_s": doc.get("speed_s", "")}  # fmt: skip
+            "recorded_s": doc.get("recorded_s", ""), "speed_s": stamp_of(doc) or ""}  # fmt: skip
 
 
 def current_row(kernel: str, npb_class: str, size: int) -> dict | None:

@@ -27,6 +27,7 @@ from pydantic import ConfigDict, Field
 from testbed.apps.base import JobPlan, MessagingConfig, Shape
 from testbed.apps.mpi import Mpi
 from testbed.apps.mpi_trace import RECORDER_VERSION
+from testbed.apps.speed import stamp_of
 
 HERE = Path(__file__).parent
 #: Kernel name (as scenarios and NPB name it) -> its file here.
@@ -94,7 +95,7 @@ def measured(kernel: str, npb_class: str, size: int) -> list[list] | None:
 def measured_speed(kernel: str, npb_class: str, size: int) -> float | None:
     """The host's speed (apps/speed.py) stamped on that model, or None (no model, or not stamped)."""
     doc = _model(kernel, npb_class, size)
-    return None if doc is None else doc.get("speed_s")
+    return None if doc is None else stamp_of(doc)
 
 
 class Nas(Mpi):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from testbed.apps.speed import stamp_of
 
 from .conftest import kill_tree, run_ids, run_marked_pids, start_cli, wait_clean, wait_for_event
 
@@ -131,7 +132,7 @@ def test_unmodified_mpi4py_program_runs_in_the_simulator_from_a_recorded_trace(t
     assert all(float(r["finish_time"]) - float(r["starting_time"]) >= 0.12 for r in runs[0][1].values())
     # Each trace is stamped with the host's speed around its recording (apps/speed.py); told a host
     # twice as slow as the slower recording, the simulator replays every job at least twice as long.
-    stamps = [json.loads(t.read_text())["speed_s"] for t in (tmp_path / "traces").glob("*.json")]
+    stamps = [stamp_of(json.loads(t.read_text())) for t in (tmp_path / "traces").glob("*.json")]
     assert all(s > 0 for s in stamps), stamps
     out = tmp_path / "slow"
     cmd = [sys.executable, "-m", "testbed.cli", "run", str(scn), "--backend", "sim", "--out", str(out),

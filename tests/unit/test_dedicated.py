@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from testbed.apps.speed import stamp
 
 from testbed import runner
 from testbed.results import comparison, report
@@ -138,7 +139,7 @@ def test_the_reference_stands_for_the_host_speed_it_is_given(tmp_path, monkeypat
     prog.write_text("from mpi4py import MPI\n")
     path = trace_path(str(prog), (), 2)
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"ranks": [[["c", 1.5]], [["c", 1.0]]], "speed_s": 0.1}))
+    path.write_text(json.dumps({"ranks": [[["c", 1.5]], [["c", 1.0]]], **stamp(0.1)}))
     job = {"id": "m", "size": 2, "app": {"kind": "mpi", "program": str(prog)}}
     fast = {"nodes": 2, "network": {"latency_us": 0}}
     assert Dedicated(_scn([job], fast)).time("m", (0, 1)) == pytest.approx(1.5, rel=1e-6)

@@ -24,6 +24,7 @@ from testbed.apps.mpi import (
 from testbed.apps.mpi_pmi import PmiFailure, PmiServer, parse
 from testbed.apps.mpi_trace import trace_path
 from testbed.apps.mpi_wrap import link_note
+from testbed.apps.speed import stamp
 
 from testbed.scenario import ScenarioError, load
 
@@ -189,7 +190,7 @@ def test_the_model_replays_a_recorded_trace(tmp_path, monkeypatch):
     assert Mpi.trace_speed(cfg, 2) is None
     assert list(Mpi.model(cfg, SimContext(0, 3, lambda: 0.0, host_speed_s=0.3))) == ops(0)
     # ... and a stamped one at that host's speed: every CPU figure (the program's, MPI's) x 0.3 / 0.1.
-    path.write_text(json.dumps({"ranks": ranks, "speed_s": 0.1}))
+    path.write_text(json.dumps({"ranks": ranks, **stamp(0.1)}))
     assert Mpi.trace_speed(cfg, 2) == 0.1
     for rank in (0, 1):
         slow = list(Mpi.model(cfg, SimContext(rank, 3, lambda: 0.0, host_speed_s=0.3)))
