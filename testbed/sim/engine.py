@@ -518,15 +518,7 @@ class Simulation:
         self.coord = "coordinator"
         if node_info is None:
             node_info = (NodeInfo(self.cpu_rate, node_memory_mb),) * nodes
-        elif len(node_info) != nodes:
-            raise ValueError(f"node_info: needs one NodeInfo per node ({nodes}), got {len(node_info)}")
-        self.gp: GlobalPolicy = scheduler.make_global(nodes, params, seed, node_info)
-        self._util = bool(type(self.gp).wants_utilization)
-        cluster = ClusterInfo(node_info)  # checked once, not once per node
-        self.nodes = [
-            _Node(n, scheduler.make_local(n, params, seed, info, cluster), float(info.rate), info.memory_mb)
-            for n, info in enumerate(node_info)
-        ]
+        self._init_policies(scheduler, params, seed, node_info, nodes)
         self.paging_cost = float(paging_cost)
         self.host_speed_s = host_speed_s
         # Paging is modelled only where some process declares memory and some node's is known.
@@ -550,6 +542,25 @@ class Simulation:
         self._tick_ver = 0
         self._asked_global = False
         self._push_inputs(jobs, faults)
+
+    def _init_policies(
+        self,
+        scheduler: type[Scheduler],
+        params: Mapping[str, Any],
+        seed: int,
+        node_info: Sequence[NodeInfo],
+        nodes: int,
+    ) -> None:
+        """The global policy, and each node with its local policy, told every node's rate and memory."""
+        if len(node_info) != nodes:
+            raise ValueError(f"node_info: needs one NodeInfo per node ({nodes}), got {len(node_info)}")
+        self.gp: GlobalPolicy = scheduler.make_global(nodes, params, seed, node_info)
+        self._util = bool(type(self.gp).wants_utilization)
+        cluster = ClusterInfo(node_info)  # checked once, not once per node
+        self.nodes = [
+            _Node(n, scheduler.make_local(n, params, seed, info, cluster), float(info.rate), info.memory_mb)
+            for n, info in enumerate(node_info)
+        ]
 
     def _push_inputs(self, jobs: Sequence[Job], faults: Sequence[Fault]) -> None:
         """The run's inputs on the heap: each job's submission and each scripted fault."""
