@@ -27,7 +27,8 @@ from testbed.emulator.mechanism.process import spawn
 def measure(nodes: int, tdf: float, seconds: float, period_us: int, delay_s: float) -> dict:
     run_id = f"probewin{os.getpid()}"
     envs = [make_envelope("cgroup-v1", run_id, k, 1.0, tdf, period_us=period_us) for k in range(nodes)]
-    out = tempfile.mkdtemp()
+    tmp = tempfile.TemporaryDirectory(prefix="tb-probe-window-")  # each measure() left its folder before
+    out = tmp.name
     workers = []
     try:
         for e in envs:
@@ -55,6 +56,7 @@ def measure(nodes: int, tdf: float, seconds: float, period_us: int, delay_s: flo
                 pass
         for e in envs:
             e.destroy()
+        tmp.cleanup()
 
 
 def main() -> None:
