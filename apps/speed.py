@@ -2,8 +2,9 @@
 
 A measured model (a NAS kernel's, apps/nas/models/; a user's MPI program's, apps/mpi_trace.py) records
 CPU seconds of the host it was recorded on, at the minutes it was recorded. The same work takes another
-host more or less CPU, and this host too at another time: its speed drifts by 8-22 % within minutes with
-nothing else running (docs/measurements.md, "Each kernel against a model of the same minutes"). A model
+host more or less CPU, and this host too at another time: its speed moved by up to a third within
+minutes with nothing else running (docs/measurements.md, "Each kernel against a model of the same
+minutes"). A model
 stamped with :func:`speed_s` at its recording can be replayed for a host whose :func:`speed_s` is known:
 its CPU scaled by the ratio (the simulator's ``cluster.host_speed_s``; a real run records its own in
 summary.json).
