@@ -44,7 +44,7 @@ def _parts() -> list[Callable[[], object]]:
     uniform = rng.random(1 << 18)
     # Every result goes into a buffer made here: a part that allocated its output would also time the
     # page faults of fresh memory, which on this VM cost what the host's page reporting makes them cost
-    # (the first figure of a process read 0.072-0.077 s, the later ones 0.060-0.061 s).
+    # (the draft that did read 0.067-0.077 s on a process's first call and 0.060-0.061 s on later ones).
     spectrum, back = np.empty_like(signal), np.empty_like(signal)
     inner = np.empty((62, 62, 62))
     work = np.empty_like(keys)
