@@ -76,7 +76,7 @@ def load_or_record(program: str, args: tuple[str, ...], size: int) -> list[list]
     recorded now (saying so on stderr). Raises RuntimeError with one line if the recording fails."""
     path = trace_path(program, args, size)
     if path.is_file():
-        return json.loads(path.read_text())["ranks"]
+        return _cached(path)["ranks"]
     print(
         f"mpi: recording {' '.join([Path(program).name, *args])} on {size} real processes for the simulator "
         f"(once; cached in {path})",
@@ -100,15 +100,19 @@ def recorded_speed(program: str, args: tuple[str, ...], size: int) -> float | No
     """The host's speed stamped on the cached trace (:func:`load_or_record`), or None: not stamped (a
     trace recorded before stamps), or not recorded."""
     path = trace_path(program, args, size)
-    if not path.is_file():
-        return None
+    return stamp_of(_cached(path)) if path.is_file() else None
+
+
+def _cached(path: Path) -> dict:
+    """A cached trace's document, parsed once for as long as its file stays as it is: a replay asks for
+    the trace and its stamp once per rank (each rank parsed the whole file before)."""
     st = path.stat()
-    return _stamp(str(path), st.st_mtime_ns, st.st_size)
+    return _parse(str(path), st.st_mtime_ns, st.st_size)
 
 
-@functools.cache
-def _stamp(path: str, mtime_ns: int, nbytes: int) -> float | None:
-    return stamp_of(json.loads(Path(path).read_text()))  # once per trace: a replay asks per rank
+@functools.lru_cache(maxsize=8)  # a few programs' traces held, not every one a sweep replays
+def _parse(path: str, mtime_ns: int, nbytes: int) -> dict:
+    return json.loads(Path(path).read_text())
 
 
 def record(program: str, args: tuple[str, ...], size: int, timeout: float = RECORD_TIMEOUT_S) -> list[list]:

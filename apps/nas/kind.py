@@ -174,9 +174,8 @@ class Nas(Mpi):
 
     @classmethod
     def trace_speed(cls, cfg: NasConfig, size: int) -> float | None:
-        if measured(cfg.kernel, cfg.npb_class, size) is not None:
-            return measured_speed(cfg.kernel, cfg.npb_class, size)
-        return super().trace_speed(cfg, size)
+        doc = _model(cfg.kernel, cfg.npb_class, size)
+        return stamp_of(doc) if doc is not None else super().trace_speed(cfg, size)
 
 
 __all__ = ["KERNELS", "Nas", "NasConfig", "measured", "measured_speed", "model_path"]
