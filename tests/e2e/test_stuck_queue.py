@@ -11,6 +11,8 @@ import sys
 import pytest
 import yaml
 
+from testbed.emulator.mechanism import hostmem
+
 from .conftest import wait_clean
 
 pytestmark = pytest.mark.extended  # a real run: Ray's start-up alone is most of a minute on 2 cores
@@ -42,7 +44,10 @@ def test_a_job_too_wide_for_the_nodes_left_ends_a_real_run_naming_it(tmp_path):
         "brings them back)"
     )
     assert p.returncode == 1, p.stdout + p.stderr
-    assert p.stderr.strip().splitlines() == [f"error: the run ended with an error: {why}"]
+    # The one line besides the error may be the host's own memory warning (a VM that returns freed memory
+    # to its hypervisor at once, as CI's does): it says something true of the host, not of this run.
+    lines = [ln for ln in p.stderr.strip().splitlines() if ln != hostmem.page_reporting_note()]
+    assert lines == [f"error: the run ended with an error: {why}"], p.stderr
     s = json.loads((out / "summary.json").read_text())
     assert s["error"] == why and s["jobs_by_state"]["COMPLETED_SUCCESSFULLY"] == 1
     assert wait_clean(out) == ([], [])
