@@ -457,8 +457,10 @@ class RayBackend:
         # come out of the nodes while they are measured.
         from testbed.results.dedicated import Dedicated
 
-        # The parallel slowdown's gauge, where results have it: runs with local users.
+        # The parallel slowdown's gauge, where results have it: runs with local users, or every run when
+        # the scenario asks (results.parallel_slowdown: always).
         sessions = any(j.spec.owner_node is not None for j in self.jobs)
+        sessions = sessions or scn.results.parallel_slowdown == "always"
         self.coordinator = Coord.remote(
             str(self.run_dir),
             c.nodes,

@@ -123,6 +123,9 @@ class RunFacts:
     #: Each node's rate, node i at index i, on a heterogeneous cluster (``cluster.groups``); empty when
     #: every node has ``cpu_rate`` (the results then have no per-node rates).
     node_rates: tuple[float, ...] = ()
+    #: The parallel slowdown in every run, not only in those with local users' sessions (the scenario's
+    #: ``results.parallel_slowdown: always``).
+    parallel_slowdown_always: bool = False
 
 
 def facts_of(scn, backend: str, tdf: float, envelope: str) -> RunFacts:
@@ -139,6 +142,7 @@ def facts_of(scn, backend: str, tdf: float, envelope: str) -> RunFacts:
         backend=backend,
         scheduler=scn.scheduler.name,
         node_rates=() if c.groups is None else tuple(i.rate for i in c.node_info()),
+        parallel_slowdown_always=scn.results.parallel_slowdown == "always",
     )
 
 
@@ -425,10 +429,13 @@ class Tally:
             out[f"local_slowdown_max.{c}"] = max(v)
         return out
 
-    def parallel_slowdowns(self, rows: list[dict], dedicated: Dedicated | None) -> dict[str, float]:
+    def parallel_slowdowns(
+        self, rows: list[dict], dedicated: Dedicated | None, always: bool = False
+    ) -> dict[str, float]:
         """Each completed parallel job's slowdown against its dedicated run time, by job id; none unless
-        the run had local users (the column's switch: only a non-dedicated cluster's runs have it)."""
-        if not self.local or dedicated is None:
+        the run had local users (the column's switch: only a non-dedicated cluster's runs have it) or
+        ``always`` (the scenario asks for it in every run: a sweep's 0-user point)."""
+        if not (self.local or always) or dedicated is None:
             return {}
         out = {}
         for r in rows:
@@ -546,7 +553,7 @@ def summarize(events: Iterable[dict] | Tally, facts: RunFacts, dedicated: Dedica
         out["node_rates"] = rates_by_node(facts.node_rates)
     out.update(t.ratios(rows))
     out.update(t.local_figures())
-    slow = list(t.parallel_slowdowns(rows, dedicated).values())
+    slow = list(t.parallel_slowdowns(rows, dedicated, facts.parallel_slowdown_always).values())
     if slow:
         out[PARALLEL_SLOWDOWN_MEAN] = sum(slow) / len(slow)
         out[PARALLEL_SLOWDOWN_MAX] = max(slow)
@@ -697,11 +704,11 @@ def write(
         slow = t.local_slowdowns()
         for r in rows:
             r[LOCAL_SLOWDOWN] = slow.get(r["job_id"])
-        if dedicated is not None:
-            columns = [*columns, PARALLEL_SLOWDOWN]
-            par = t.parallel_slowdowns(rows, dedicated)
-            for r in rows:
-                r[PARALLEL_SLOWDOWN] = par.get(r["job_id"])
+    if (t.local or facts.parallel_slowdown_always) and dedicated is not None:
+        columns = [*columns, PARALLEL_SLOWDOWN]
+        par = t.parallel_slowdowns(rows, dedicated, facts.parallel_slowdown_always)
+        for r in rows:
+            r[PARALLEL_SLOWDOWN] = par.get(r["job_id"])
     with open(run_dir / "jobs.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=columns)
         w.writeheader()

@@ -365,6 +365,13 @@ class ResultsConfig(_Model):
         "same lines in zstd frames of 1 MiB each (20x smaller on the NASA replay); `testbed results`, "
         "`report` and `compare` read either",
     )
+    parallel_slowdown: Literal["local_users", "always"] = Field(
+        "local_users",
+        description="the parallel jobs' slowdown against their dedicated run (jobs.csv parallel_slowdown, "
+        "summary.json parallel_slowdown_mean / _max): local_users = only in runs with local users' "
+        "sessions; always = in every run, so a sweep's variant with no local users has its figure too "
+        "(paper 004's 0-user point)",
+    )
 
 
 class SchedulerConfig(_Model):

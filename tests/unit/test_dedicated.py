@@ -16,8 +16,8 @@ from testbed import runner
 from testbed.results import comparison, report
 from testbed.results import summary as results
 from testbed.results.dedicated import Dedicated
-from testbed.scenario import load
-from testbed.scenario.model import from_file_or_doc
+from testbed.scenario import ScenarioError, load
+from testbed.scenario.model import ResultsConfig, from_file_or_doc
 from testbed.scenario.workload import build
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,6 +168,25 @@ def test_a_run_without_local_users_has_no_new_column_or_figure(tmp_path):
     _, summary, columns, _ = _run(scn, tmp_path)
     assert columns == results.JOB_COLUMNS
     assert not [k for k in summary if k.startswith(results.PARALLEL_SLOWDOWN)]
+
+
+def test_always_gives_a_run_without_local_users_its_parallel_slowdown(tmp_path):
+    # Paper 004's 0-user point: two jobs share the slow nodes (no session anywhere), so each is slowed
+    # against its run alone; a rebuild keeps it (the switch is in the folder's scenario.yaml).
+    jobs = [PARALLEL, dict(PARALLEL, id="par2")]
+    scn = _scn(jobs).model_copy(update={"results": ResultsConfig(parallel_slowdown="always")})
+    out, summary, columns, rows = _run(scn, tmp_path)
+    assert columns[-1] == results.PARALLEL_SLOWDOWN and results.LOCAL_SLOWDOWN not in columns
+    slow = [float(rows[j][results.PARALLEL_SLOWDOWN]) for j in ("par", "par2")]
+    assert min(slow) > 1.5  # two CPU-bound ranks share each node: about 2
+    assert summary[results.PARALLEL_SLOWDOWN_MEAN] == pytest.approx(sum(slow) / 2, rel=1e-5)
+    assert results.rebuild(out)[results.PARALLEL_SLOWDOWN_MEAN] == summary[results.PARALLEL_SLOWDOWN_MEAN]
+
+
+def test_a_wrong_parallel_slowdown_switch_is_one_error_naming_it():
+    with pytest.raises(ScenarioError) as exc:
+        load(doc={"workload": {"jobs": [PARALLEL]}, "results": {"parallel_slowdown": "yes"}})
+    assert "results.parallel_slowdown" in str(exc.value) and "always" in str(exc.value)
 
 
 def test_rebuild_comparison_and_report_carry_it(tmp_path):
