@@ -1,5 +1,6 @@
 """What the paper 004 node's own scheduler gives a local CPU user beside CPU-bound parallel processes, against
-the testbed's processor sharing (docs/measurements.md, "Paper 004: the node's epoch scheduler, modelled").
+the testbed's processor sharing (docs/measurements.md, "Paper 004: the 0-user point, and the node's epoch
+scheduler modelled").
 
 Paper 004 §2: "The scheduler works by dividing the CPU time into epochs. In every epoch, each task is
 assigned a specific time slice and priority. In order to give preference to I/O-bound processes, the

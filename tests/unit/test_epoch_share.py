@@ -1,6 +1,7 @@
 """benchmarks/epoch_share.py: the model of paper 004's node scheduler (epochs, a counter per task, half of
-an unused slice kept) that docs/measurements.md's "Paper 004: the node's epoch scheduler, modelled" rests
-on. Each check is a property the paper's description implies, on short runs (20 emulated s)."""
+an unused slice kept) that docs/measurements.md's "Paper 004: the 0-user point, and the node's epoch
+scheduler modelled" rests on. Each check is a property the paper's description implies, on short runs
+(20 emulated s)."""
 
 from __future__ import annotations
 
