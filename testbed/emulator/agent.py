@@ -172,12 +172,7 @@ class NodeAgent:
         # Until the run's clock is set, emulated time is measured from agent start.
         self.clock = Clock.starting_now(self.cfg.tdf)
         self.events = ev.EventWriter(self.run_dir / "events" / f"node{self.node}.jsonl", f"node{self.node}")
-        self.sched = registry.get(self.cfg.scheduler)
-        info = NodeInfo(self.cfg.cpu_rate, self.cfg.memory_mb)
-        cluster = [NodeInfo(r, m) for r, m in self.cfg.cluster] if self.cfg.cluster else None
-        self.policy = self.sched.make_local(self.node, self.cfg.params, self.cfg.seed, info, cluster)
-        # Paired gang predicts from each process's CPU use per quantum: report it to the coordinator.
-        self.report_quanta = getattr(self.sched.global_policy, "wants_utilization", False)
+        self._init_policy()
         self.procs: dict[Proc, _ProcState] = {}
         #: Each running job's other nodes and their NICs (StartProc.peers): where CoopEvents for it go.
         self.coop_peers: dict[str, dict[int, str]] = {}
@@ -204,6 +199,20 @@ class NodeAgent:
         self.error: str | None = None
         self.lt.loop.set_exception_handler(self._loop_error)
         self.priority = f"{self.lt.start_result}; other threads {process_nice}"
+        self._init_envelope()
+        self._start_nic_and_forkserver()
+
+    def _init_policy(self) -> None:
+        """The scheduler's local policy for this node, told its own node and every node's rate and memory."""
+        self.sched = registry.get(self.cfg.scheduler)
+        info = NodeInfo(self.cfg.cpu_rate, self.cfg.memory_mb)
+        cluster = [NodeInfo(r, m) for r, m in self.cfg.cluster] if self.cfg.cluster else None
+        self.policy = self.sched.make_local(self.node, self.cfg.params, self.cfg.seed, info, cluster)
+        # Paired gang predicts from each process's CPU use per quantum: report it to the coordinator.
+        self.report_quanta = getattr(self.sched.global_policy, "wants_utilization", False)
+
+    def _init_envelope(self) -> None:
+        """The node's envelope (what holds its processes to its rate and memory), and its rate's watch."""
         self.envelope = make_envelope(
             self.cfg.envelope,
             run_id=self.cfg.run_id,
@@ -223,6 +232,10 @@ class NodeAgent:
         self._ratewatch_cpu = [0.0, 0]  # the watch's own CPU (s, loop thread) and windows: its cost
         self._all_cpus = frozenset(os.sched_getaffinity(0))
         self._weight_cpus = self.envelope.weight_cpus(sorted(self._all_cpus))
+
+    def _start_nic_and_forkserver(self) -> None:
+        """The node's NIC (its messages, on the loop thread) and the fork server its workers start from;
+        then the run's log says the node is up."""
         self.nic = Nic(
             self.node,
             self,

@@ -116,6 +116,12 @@ def explained(quota_cores: float, period_s: float, throttled_s: float, throttled
     return max(throttled_s, throttled_periods * period_s * max(0.0, 1.0 - quota_cores))
 
 
+def thread_rate(quota_cores: float) -> float:
+    """The CPU a node owes one runnable thread a second: its quota, but one core at most (a thread runs on
+    one core at a time)."""
+    return min(quota_cores, 1.0)
+
+
 def judge(
     seconds: float,
     quota_cores: float,
@@ -130,7 +136,7 @@ def judge(
     given; ``longest``: the longest one thread was runnable). A thread runs on one core at most, hence
     ``min(quota, 1 core)`` per second of runnable time."""
     full = quota_cores * seconds
-    rate = min(quota_cores, 1.0)
+    rate = thread_rate(quota_cores)
     summed = cpu + wait if runnable is None else runnable
     entitled = min(full, rate * summed, max(rate * longest, cpu + max(0.0, wait - explained)))
     error = 1.0 - cpu / entitled if entitled > 0 and cpu + wait >= MIN_RUNNABLE * seconds else None
@@ -207,8 +213,7 @@ class RateWatch:
         times = {tid: (c, 0.0 if w > stale else w) for tid, (c, w) in times.items()}
         waits = {tid: w for tid, (_, w) in times.items()}
         quota = self._explained(waits, cur[2] - last[2], cur[3] - last[3])
-        rate = min(self.quota_cores, 1.0)
-        summed, longest = runnable_times(seconds, rate, self.period_s, times, cpu)
+        summed, longest = runnable_times(seconds, thread_rate(self.quota_cores), self.period_s, times, cpu)
         return judge(seconds, self.quota_cores, cpu, sum(waits.values()), quota, summed, longest)
 
     def _explained(self, waits: dict[int, float], throttled_s: float, throttled_periods: int) -> float:
