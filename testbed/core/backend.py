@@ -106,6 +106,8 @@ class RealOutcome(Outcome):
     #: Why the nodes' host may charge a job for memory a bare-metal node would not (free page reporting:
     #: emulator/mechanism/hostmem.py), or "" where it does not.
     host_memory_note: str | None = None
+    #: The two figures the real run's ``host_speed_s`` is the mean of: before its jobs and after them.
+    host_speeds_s: list[float] | None = None
     nodes_down: list[int] | None = None
     agent_hosts: list | None = None
     logs_lost: list[int] | None = None
@@ -123,6 +125,7 @@ class RealOutcome(Outcome):
             "envelope_note": self.envelope_note,
             "host_memory_note": self.host_memory_note,
             "host_speed_s": self.host_speed_s,
+            "host_speeds_s": self.host_speeds_s,
             "nodes_down": self.nodes_down,
             "host_cores": host_cores(),
         }

@@ -102,8 +102,12 @@ def test_unmodified_mpi4py_program_runs_to_completion_on_real_processes(tmp_path
     # Every rank reported MPI_Init's end (the job's start-up, apps/mpi.py).
     inits = {(e["job"], e["rank"]) for e in evs if e["kind"] == "progress" and e["unit"] == "collectives"}
     assert {(j, r) for j, r in started if r < {"ring4": 4, "ring2": 2, "where": 2}[j]} <= inits
-    # The host's speed, measured before the run (its jobs' simulator models are measured ones).
-    assert json.loads((out / "summary.json").read_text())["host_speed_s"] > 0
+    # The host's speed, measured before the run's jobs and after them (their simulator models are measured
+    # ones): the run's figure is the mean of the two.
+    summary = json.loads((out / "summary.json").read_text())
+    before, after = summary["host_speeds_s"]
+    assert before > 0 and after > 0
+    assert summary["host_speed_s"] == pytest.approx((before + after) / 2, abs=1e-6)
     assert wait_clean(out) == ([], [])
 
 

@@ -45,8 +45,8 @@ def test_the_outcomes_summary_fields_are_the_summarys_keys_in_its_order():
     real = RealOutcome(tdf=2.0)
     assert list(real.summary_fields()) == [
         "ended", "error", "run_id", "startup_s", "phases_s", "agent_priority", "session_priority",
-        "control_group", "control_cpu_s", "envelope_note", "host_memory_note", "host_speed_s", "nodes_down",
-        "host_cores",
+        "control_group", "control_cpu_s", "envelope_note", "host_memory_note", "host_speed_s",
+        "host_speeds_s", "nodes_down", "host_cores",
     ]  # fmt: skip
     joined = RealOutcome(tdf=2.0, agent_hosts=[{"node": "x"}], logs_lost=[])
     assert list(joined.summary_fields())[-2:] == ["agent_hosts", "logs_lost"]
