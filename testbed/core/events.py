@@ -258,20 +258,21 @@ def read_jsonl(path: str | os.PathLike) -> Iterator[dict]:
         compressed = fh.read(len(ZSTD_MAGIC)) == ZSTD_MAGIC
         fh.seek(0)
         lines = _zstd_lines(path, fh) if compressed else fh
+        loads = orjson.loads
         for n, line in enumerate(lines, 1):
-            torn = not line.endswith(b"\n")
-            line = line.strip()
-            if not line:
-                continue
+            # Parsed as it is (JSON allows the whitespace around it): a blank line and a torn end are told
+            # only when a line does not parse, not checked on each (85,311 lines in the NASA replay).
             try:
-                event = orjson.loads(line)
+                event = loads(line)
             except orjson.JSONDecodeError:
-                if torn:
+                if not line.strip():
+                    continue
+                if not line.endswith(b"\n"):  # torn
                     return
                 event = None
             if not isinstance(event, dict) or "kind" not in event or "t" not in event:
                 raise EventLogError(
-                    f"{path}: line {n} is not an event ({line[:60]!r}...); the log is damaged, so no "
+                    f"{path}: line {n} is not an event ({line.strip()[:60]!r}...); the log is damaged, so no "
                     "results are computed from it"
                 )
             yield event

@@ -18,8 +18,8 @@ from functools import reduce
 from itertools import repeat
 from operator import add
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 from rich.table import Table
 
 from testbed.apps.reports import DEADLINE_UNITS as _DEADLINE_UNITS
@@ -36,10 +36,18 @@ from testbed.core.jobs import StrEnum
 from testbed.results.dedicated import Dedicated
 from testbed.scenario import ScenarioError, load
 
+if TYPE_CHECKING:
+    import numpy as np
+
 #: Progress units whose every rank's record counts (a per-rank counter, or one observation each): a grouped
 #: record of them (ev.GROUPED) is read as the records it stands for. Other units keep a job's highest value,
 #: which one record of the same value gives.
 _PER_RANK = frozenset({*_DEADLINE_UNITS, FINISH_UNIT, *SAMPLE_UNITS})
+#: A record of this many nodes or more has its per-node CPU added by numpy (imported then): a loop is
+#: as fast below about a hundred nodes, and a run of narrow jobs (the NASA replay's are at most 128
+#: wide) is spared numpy's import, 0.14 s of CPU (issue 23's comparison with AccaSim). 677 a job in
+#: benchmarks/sim_scale.py's 100,000: 13 us a record with numpy, 35 us looped.
+WIDE_RECORD = 256
 
 JOB_COLUMNS = [
     "job_id",
@@ -176,8 +184,9 @@ class Tally:
         self.jobs: dict[str, dict] = {}
         self.cpu: dict[str, float] = defaultdict(float)
         # Node n's CPU at index n (0.0 for a node that ran nothing), grown as higher nodes appear: a grouped
-        # record's nodes are added at once (:meth:`_node_cpu`), not one dict entry at a time.
-        self.cpu_by_node = np.zeros(0)
+        # record's nodes are added at once (:meth:`_node_cpu`), not one dict entry at a time. A list until
+        # a record of WIDE_RECORD nodes comes, then a numpy array.
+        self.cpu_by_node: list[float] | np.ndarray = []
         self.last_t = 0.0
         self.rate_err: float | None = None
         #: node -> [worst error, its window's end t, windows counted, windows over RATE_WINDOW_WARN]
@@ -283,15 +292,31 @@ class Tally:
         if not nodes:
             return
         top = max(nodes)
-        if top >= len(self.cpu_by_node):
-            grown = np.zeros(max(top + 1, 2 * len(self.cpu_by_node)))
-            grown[: len(self.cpu_by_node)] = self.cpu_by_node
-            self.cpu_by_node = grown
-        np.add.at(self.cpu_by_node, np.array(nodes, dtype=np.intp), cpu_s)
+        cpu = self.cpu_by_node
+        if type(cpu) is list and len(nodes) < WIDE_RECORD:
+            if top >= len(cpu):
+                cpu.extend([0.0] * (top + 1 - len(cpu)))
+            for n in nodes:
+                cpu[n] += cpu_s
+            return
+        import numpy as np
+
+        if type(cpu) is list:
+            cpu = self.cpu_by_node = np.array(cpu, dtype=np.float64)  # the same doubles
+        if top >= len(cpu):
+            grown = np.zeros(max(top + 1, 2 * len(cpu)))
+            grown[: len(cpu)] = cpu
+            cpu = self.cpu_by_node = grown
+        np.add.at(cpu, np.array(nodes, dtype=np.intp), cpu_s)
 
     def node_cpu(self, node: int) -> float:
         """The CPU seconds (at rate 1.0) that ``node``'s processes used, 0.0 if it ran none."""
         return float(self.cpu_by_node[node]) if node < len(self.cpu_by_node) else 0.0
+
+    def cpu_from(self, first: int) -> list[float]:
+        """Each node's CPU seconds from node ``first`` on, as Python floats (0.0 for some past the last)."""
+        cpu = self.cpu_by_node[first:]
+        return cpu if type(cpu) is list else cpu.tolist()
 
     def _rate_window(self, e: dict, t: float) -> None:
         w = self.rate_windows.setdefault(e["node"], [None, None, 0, 0])
@@ -327,22 +352,37 @@ class Tally:
                 self.progress[key] = (float(e["value"]), t)
 
     def rows(self) -> list[dict]:
+        """jobs.csv's rows, a dict each, its keys JOB_COLUMNS in order."""
         rows = []
+        cpu = self.cpu
         for row in self.jobs.values():
-            row = dict(row)
-            if row["final_state"] == FinalState.NOT_STARTED and row["starting_time"] is not None:
-                row["final_state"], row["reason"] = FinalState.KILLED, NO_END_RECORDED
+            state, reason = row["final_state"], row["reason"]
             start, finish, sub = row["starting_time"], row["finish_time"], row["submission_time"]
+            if state == FinalState.NOT_STARTED and start is not None:
+                state, reason = FinalState.KILLED, NO_END_RECORDED
+            wait = run = turnaround = stretch = None
             if start is not None:
-                row["waiting_time"] = start - sub
-            if start is not None and finish is not None:
-                row["execution_time"] = finish - start
-                row["turnaround_time"] = finish - sub
-                row["stretch"] = (
-                    row["turnaround_time"] / row["execution_time"] if row["execution_time"] > 0 else None
-                )
-            row["cpu_time"] = self.cpu.get(row["job_id"], 0.0)
-            rows.append({c: row.get(c) for c in JOB_COLUMNS})
+                wait = start - sub
+                if finish is not None:
+                    run, turnaround = finish - start, finish - sub
+                    stretch = turnaround / run if run > 0 else None
+            # Built in JOB_COLUMNS' order, not copied and reordered (10,000 jobs: 0.03 s, twice a run).
+            rows.append({
+                "job_id": row["job_id"],
+                "job_class": row["job_class"],
+                "submission_time": sub,
+                "requested_number_of_resources": row["requested_number_of_resources"],
+                "starting_time": start,
+                "execution_time": run,
+                "finish_time": finish,
+                "waiting_time": wait,
+                "turnaround_time": turnaround,
+                "stretch": stretch,
+                "allocated_resources": row["allocated_resources"],
+                "cpu_time": cpu.get(row["job_id"], 0.0),
+                "final_state": state,
+                "reason": reason,
+            })  # fmt: skip
         return rows
 
     def skews_ms(self) -> list[float]:
@@ -493,11 +533,17 @@ def unplanned_line(bad: dict) -> str:
     return f"job {bad['job']} {state}" + (f": {bad['reason']}" if bad["reason"] else "")
 
 
-def summarize(events: Iterable[dict] | Tally, facts: RunFacts, dedicated: Dedicated | None = None) -> dict:
+def summarize(
+    events: Iterable[dict] | Tally,
+    facts: RunFacts,
+    dedicated: Dedicated | None = None,
+    rows: list[dict] | None = None,
+) -> dict:
     """``dedicated``: the run's jobs' dedicated run times, for the parallel slowdown (runs with local
-    users only)."""
+    users only). ``rows``: the Tally's rows, when the caller has them already (read only)."""
     t = events if isinstance(events, Tally) else tally(events)
-    rows = t.rows()
+    if rows is None:
+        rows = t.rows()
     # Response, waiting and slowdown are the parallel jobs': a local user's session never waits (its own
     # slowdown is local_slowdown_*).
     done = [r for r in rows if r["final_state"] == FinalState.COMPLETED and r["job_id"] not in t.local]
@@ -506,7 +552,7 @@ def summarize(events: Iterable[dict] | Tally, facts: RunFacts, dedicated: Dedica
     makespan = (max(ends) if ends else t.last_t) - first
     # The cluster's utilisation: a job's head process (on the head node, numbered from facts.nodes) is the
     # job's CPU but not the cluster's.
-    head_cpu = sum(t.cpu_by_node[facts.nodes :].tolist())
+    head_cpu = sum(t.cpu_from(facts.nodes))
     total_cpu = sum(r["cpu_time"] or 0.0 for r in rows) - head_cpu
     if facts.node_rates:
         util, energy = _hetero_util_energy(t, facts, total_cpu, makespan)
@@ -710,13 +756,16 @@ def write(
         for r in rows:
             r[PARALLEL_SLOWDOWN] = par.get(r["job_id"])
     with open(run_dir / "jobs.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=columns)
-        w.writeheader()
+        w = csv.writer(fh)  # a row as its list of columns: what csv.DictWriter writes, without its checks
+        w.writerow(columns)
         for r in rows:
             w.writerow(
-                {k: ("" if v is None else (round(v, 6) if isinstance(v, float) else v)) for k, v in r.items()}
+                [
+                    "" if v is None else (round(v, 6) if isinstance(v, float) else v)
+                    for v in map(r.get, columns)
+                ]
             )
-    summary = summarize(t, facts, dedicated)
+    summary = summarize(t, facts, dedicated, rows)
     extra = dict(extra or {})
     planned = extra.pop(JOBS_PLANNED, None)
     if planned is not None and planned > summary["jobs"]:

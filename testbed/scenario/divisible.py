@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-import numpy as np
 from pydantic import Field, model_validator
 
 from testbed.apps.divisible import DivisibleConfig
@@ -84,6 +83,7 @@ class DivisibleTasks(_Model):
 
 def draw(gen: DivisibleTasks, cluster_nodes: int, seed: int) -> list:
     """The tasks, as jobs of the ``divisible`` kind (their policy fields are added by the kind's bind)."""
+    import numpy as np  # here: every scenario loads this model, few draw tasks
 
     rng = np.random.default_rng([seed, 1])  # a stream of its own: adding it changes no other generator's
     nodes = min(gen.nodes or cluster_nodes, cluster_nodes)

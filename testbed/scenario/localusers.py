@@ -20,13 +20,15 @@ local users changes no other job of the workload.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
 from pydantic import Field, model_validator
 
 from testbed.apps.localuser import MAX_SESSION_S
 from testbed.schedulers.inputs import InputModel
+
+if TYPE_CHECKING:  # numpy is imported where it is used: every scenario loads these models, few draw
+    import numpy as np
 
 #: The paper's session lengths: two-stage hyper-exponential means (s) and weights.
 PAPER_MEANS_S = (600.0, 3600.0)
@@ -74,13 +76,19 @@ class SessionLengths(_Model):
 
     def mean(self) -> float:
         """The expected length (scaled): sum of w_i m_i over the weights' sum, times scale."""
+        import numpy as np
+
         return self.scale * float(np.dot(self._p(), self.means_s))
 
     def second_moment(self) -> float:
         """E[X^2] (scaled): sum of w_i 2 m_i^2, as an exponential's is twice its mean squared."""
+        import numpy as np
+
         return self.scale**2 * float(np.dot(self._p(), 2.0 * np.square(self.means_s)))
 
     def _p(self) -> np.ndarray:
+        import numpy as np
+
         # Scaled to the largest first: weights near the float maximum would sum to infinity.
         w = np.asarray(self.weights, dtype=float)
         w = w / w.max()
@@ -88,6 +96,8 @@ class SessionLengths(_Model):
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` lengths, emulated seconds."""
+        import numpy as np
+
         stage = rng.choice(len(self.means_s), size=n, p=self._p())
         return self.scale * rng.exponential(np.asarray(self.means_s)[stage])
 
@@ -133,6 +143,10 @@ def previous(job_id: str) -> str | None:
 
 def draw(users: list[LocalUsers], seed: int) -> list[tuple[str, int, float, float, LocalUsers]]:
     """Every session: (job id, node, arrival, length alone, its entry), in entry, node and session order."""
+    if not users:  # (every workload is asked: numpy only where there are sessions to draw)
+        return []
+    import numpy as np
+
     out = []
     for i, u in enumerate(users):
         rng = np.random.default_rng((seed, LOCAL_STREAM, i))

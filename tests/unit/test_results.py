@@ -55,6 +55,24 @@ def test_a_started_job_without_an_end_was_killed_by_the_run_stopping():
     assert [b["job"] for b in results.unplanned(list(rows.values()))] == ["a", "b"]
 
 
+def test_each_nodes_cpu_is_the_same_sum_before_and_after_a_record_wide_enough_for_numpy():
+    # Narrow records are added in a loop, from the first record of WIDE_RECORD nodes on by numpy: the
+    # same additions, in the same order, so the same doubles (and Python floats out).
+    wide = results.WIDE_RECORD
+    records = [([0, 1, 2], 0.1), ([1], 0.7), (list(range(wide + 3)), 0.3), ([2, wide + 5], 1e-17), ([1], 0.2)]
+    evs = [{"t": 0.0, "kind": ev.JOB_SUBMITTED, "job": "a", "size": wide + 6}]
+    evs += [{"t": 1.0, "kind": ev.PROC_EXITED, "job": "a", "nodes": n, "cpu_s": c} for n, c in records]
+    t = results.tally(evs)
+    want = [0.0] * (wide + 6)
+    for nodes, cpu in records:
+        for n in nodes:
+            want[n] += cpu
+    got = [t.node_cpu(n) for n in range(wide + 6)]
+    assert got == want and all(type(v) is float for v in got)
+    assert t.node_cpu(wide + 100) == 0.0
+    assert sum(t.cpu_from(2)) == sum(want[2:])
+
+
 def test_describe_error_is_one_line_with_where_it_was_raised():
     def policy():
         raise ZeroDivisionError("division by zero\nsecond line")
