@@ -42,6 +42,14 @@ reported, no target). Every figure is printed with its target and ``met`` or ``M
 workload of the simulator's kind (a heap of timed events, small dicts, JSON lines), gives each time as a
 ratio too (``*_per_baseline``), to compare hosts or runs on a noisy machine.
 
+Every child, the testbed's and AccaSim's alike, runs from compiled bytecode, as an installed package
+does: a bytecode cache of the benchmark's own (``PYTHONPYCACHEPREFIX``, a temporary folder) is filled
+before the runs, the testbed's modules by ``compileall`` and the libraries both import by importing them
+once, and every child reads it. A host that sets ``PYTHONDONTWRITEBYTECODE`` (this one does) otherwise had
+each testbed run compile its 100-odd modules from source, 0.1-0.2 s of its 2 s of CPU, where AccaSim,
+installed by pip with its bytecode, compiled nothing (docs/measurements.md, "The simulator at trace
+scale").
+
     python benchmarks/sim_scale.py [--jobs 10000] [--reps 3] [--only easy,gang,peer-easy,scale,...]
 
 The last line of output is one JSON object.
@@ -120,11 +128,14 @@ def baseline() -> float:
 class Child:
     """One child process's wall seconds, CPU seconds (user + system), peak RSS (MB) and output."""
 
+    #: The children's environment (:func:`bytecode_env`); None: this process's.
+    env: dict[str, str] | None = None
+
     def __init__(self, cmd: list[str], timeout: float, workdir: Path) -> None:
         out, err = workdir / "child.out", workdir / "child.err"
         t = time.perf_counter()
         with open(out, "w") as o, open(err, "w") as e:
-            proc = subprocess.Popen(cmd, stdout=o, stderr=e, cwd=ROOT)
+            proc = subprocess.Popen(cmd, stdout=o, stderr=e, cwd=ROOT, env=Child.env)
         deadline = t + timeout
         status = None
         while status is None:
@@ -145,6 +156,31 @@ class Child:
         self.out = out.read_text()
         if proc.returncode != 0 and not self.timed_out:
             raise SystemExit(f"{' '.join(cmd[:6])} ... failed ({proc.returncode}): {err.read_text().strip()}")
+
+
+#: What the children import, imported once into the bytecode cache before any is timed (AccaSim's with
+#: its shim, where it is installed).
+WARM = """
+import numpy, testbed.cli, testbed.runner, testbed.sim.engine, testbed.results.summary
+import sim_peer
+sim_peer.shim()
+try:
+    import accasim.base.allocator_class, accasim.base.scheduler_class, accasim.base.simulator_class
+except ImportError:
+    pass
+"""
+
+
+def bytecode_env(cache: Path) -> dict[str, str]:
+    """The children's environment: bytecode read from (and written to) ``cache``, filled now, so that no
+    timed run compiles a module (see the module's docstring)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(cache)
+    sources = [str(ROOT / d) for d in ("testbed", "schedulers", "apps", "monitoring") if (ROOT / d).is_dir()]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *sources], env=env, cwd=ROOT, check=True)
+    here = Path(__file__).resolve().parent
+    subprocess.run([sys.executable, "-c", WARM], env=env, cwd=here, check=True, stdout=subprocess.DEVNULL)
+    return env
 
 
 def testbed_run(scenario: Path, args: list[str], out: Path, timeout: float) -> Child:
@@ -293,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="sim-scale-") as tmp:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
+        Child.env = bytecode_env(Path(tmp) / "pycache")
         if any(n in SCALE for n in names):
             scale = scale_scenario(folder, args.scale_jobs, args.scale_nodes)
             load, span = offered_load(args.scale_jobs, args.scale_nodes)
