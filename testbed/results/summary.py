@@ -110,6 +110,8 @@ def interval_set(nodes: Iterable[int]) -> str:
     steps a run, not one a node (a job of 677 nodes, 100,000 jobs: benchmarks/sim_scale.py)."""
     out, ns = [], sorted(set(nodes))
     i, n = 0, len(ns)
+    if n and ns[-1] - ns[0] == n - 1:  # one run (a packed job's nodes, mostly): no search
+        return str(ns[0]) if n == 1 else f"{ns[0]}-{ns[-1]}"
     while i < n:
         j = bisect_right(range(n), ns[i] - i, lo=i, key=lambda k: ns[k] - k) - 1  # the run's last
         out.append(str(ns[i]) if i == j else f"{ns[i]}-{ns[j]}")

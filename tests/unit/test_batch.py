@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from testbed.schedulers import registry
 from testbed.schedulers.base import JobSpec, PolicyConfigError, Reject, RunAll, Start
@@ -70,6 +72,30 @@ def test_packing_takes_first_contiguous_block_else_lowest_nodes():
     q.submit(0, spec("B", 3))
     q.finished(1, "A")  # free: 0 1 5 6 7
     assert q.submit(2, spec("C", 4)) == [Start("C", (0, 1, 5, 6))]
+
+
+def test_packing_on_the_free_map_chooses_what_pack_chooses_on_the_free_set():
+    # The policy finds a job's block in a byte map of its free nodes: each start must be pack()'s choice
+    # on the free set as it was (FCFS: every start is the head's), a node down and up again included.
+    rng = random.Random(3)
+    p = policy(64)
+    p.node_down(0, 9)
+    sizes: dict[str, int] = {}
+    for k in range(400):
+        if k == 200:
+            p.node_up(k, 9)
+        if p.running and rng.random() < 0.5:
+            job = rng.choice(sorted(p.running))
+            free = p.free | {n for n in p.running[job][0] if n not in p.down}
+            actions = p.finished(k, job)
+        else:
+            sizes[f"j{k}"] = rng.choice([1, 2, 3, 5, 8, 13])
+            free = set(p.free)
+            actions = p.submit(k, spec(f"j{k}", sizes[f"j{k}"]))
+        for a in actions:
+            assert a.nodes == pack(free, sizes[a.job_id])
+            free -= set(a.nodes)
+        assert bytes(p.free_map) == bytes(int(n in p.free) for n in range(64))
 
 
 def test_random_allocation_is_deterministic_per_seed():
