@@ -25,9 +25,12 @@
   scenarios use 10 ms; a node's CPU then comes in 10x shorter bursts, which the simulator's processor
   sharing has not).
 * nas_<kernel>_speed_ratio: the same real jobs against the simulator told this host's speed as the real
-  run measured it at its start (summary.json host_speed_s -> cluster.host_speed_s): the shipped model's
-  CPU scaled by that speed over the one stamped on the model (apps/speed.py); not measured for a model
-  recorded before stamps (docs/measurements.md, "Each kernel against a model of the same minutes").
+  run measured it, before and after its jobs (summary.json host_speed_s -> cluster.host_speed_s): the
+  shipped model's CPU scaled by that speed over the one stamped on the model (apps/speed.py); not
+  measured for a model recorded before stamps (docs/measurements.md, "Each kernel against a model of the
+  same minutes"). Both figures stand for a host that keeps freed memory (the run prints the setting's
+  warning otherwise): where it takes it back at once, FT read 1.2 (docs/measurements.md, "Models
+  recorded on a host that keeps freed memory").
 
 The last line printed is one JSON object; a figure that could not be measured is an ``"error: ..."``
 string there. Note what else runs on the host: the run prints /proc/stat's idle share over the benchmark.

@@ -19,6 +19,11 @@ a stamp inferred from new takes read MG.A and FT.A 25-35 % above their models wi
 unchanged (docs/measurements.md, "Each kernel against a model of the same minutes"), so it would have
 stamped the takes' conditions, not the host's speed.
 
+Record on a host that keeps freed memory (the warning printed at the start says how): where the host
+takes it back at once, a take pays for the host's memory, not for its work (MG.A's takes 40-60 % above
+those on the same host keeping it; docs/measurements.md, "Models recorded on a host that keeps freed
+memory"). The class-A models on 4 ranks were recorded so; the others are older and unstamped.
+
 Baseline, printed beside each row: the guessed NAS-like profile of the same name (apps/profiles.py, paper
 003 table 2's ranking), as messages sent per rank per CPU-second, which is what that profile was built
 to match; the measured kernel's figure replaces it. The last line printed is one JSON object.
