@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 from testbed.apps.environ import MPICH_NO_LOCAL, TRACE_PARENT
-from testbed.apps.speed import speed_s, stamp, stamp_of
+from testbed.apps.speed import around, speed_s, stamp, stamp_of
 
 #: Numbers this process's recordings (their PMI key-value spaces must differ: apps/mpi_pmi.py).
 _RECORDINGS = itertools.count()
@@ -90,7 +90,7 @@ def load_or_record(program: str, args: tuple[str, ...], size: int) -> list[list]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     doc = {"program": str(program), "args": list(args), "size": size, "recorded_s": recorded}
-    doc.update(stamp((before + speed_s()) / 2))
+    doc.update(stamp(around(before, speed_s())))
     tmp.write_text(json.dumps({**doc, "ranks": ranks}))
     tmp.replace(path)
     return ranks

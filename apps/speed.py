@@ -4,10 +4,9 @@ A measured model (a NAS kernel's, apps/nas/models/; a user's MPI program's, apps
 CPU seconds of the host it was recorded on, at the minutes it was recorded. The same work takes another
 host more or less CPU, and this host too at another time: its speed moved by up to a third within
 minutes with nothing else running (docs/measurements.md, "Each kernel against a model of the same
-minutes"). A model
-stamped with :func:`speed_s` at its recording can be replayed for a host whose :func:`speed_s` is known:
-its CPU scaled by the ratio (the simulator's ``cluster.host_speed_s``; a real run records its own in
-summary.json).
+minutes"). A model stamped with :func:`speed_s` at its recording can be replayed for a host whose
+:func:`speed_s` is known: its CPU scaled by the ratio (the simulator's ``cluster.host_speed_s``; a real
+run records its own in summary.json).
 
 The work is the kernels' kinds of work on data of a few MB (about a class S problem's): a complex FFT
 (FT), a 7-point stencil sweep (MG), a sort of integer keys (IS), an indexed gather and sum (CG's sparse
@@ -100,6 +99,12 @@ def speed_s() -> float:
     return round(total, 6)
 
 
+def around(before: float, after: float) -> float:
+    """The figure for a piece of work (a model's take, a real run's jobs) from the two measured just before
+    it and just after: their mean, the same for a stamp and for the host a run stands for."""
+    return round((before + after) / 2, 6)
+
+
 def stamp(figure: float) -> dict:
     """A model's stamp: the figure measured around its recording, and the work's version."""
     return {"speed_s": round(figure, 6), "speed_version": SPEED_VERSION}
@@ -117,4 +122,4 @@ def scale(host_speed_s: float | None, model_speed_s: float | None) -> float:
     return host_speed_s / model_speed_s
 
 
-__all__ = ["CALLS", "REPEATS", "SPEED_VERSION", "scale", "speed_s", "stamp", "stamp_of"]
+__all__ = ["CALLS", "REPEATS", "SPEED_VERSION", "around", "scale", "speed_s", "stamp", "stamp_of"]

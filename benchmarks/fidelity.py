@@ -264,7 +264,7 @@ def measure_kernel(base: Path, kernel: str, npb_class: str, doc: dict, out: dict
     each = ", ".join(f"{x:.3f}" for x in ratios)
     say(f"  real {out[f'nas_{kernel}_real_s']} s, sim {out[f'nas_{kernel}_sim_s']} s: ratio median "
         f"{out[f'nas_{kernel}_ratio']} (each {each}; warm-up {warm}, not counted)")  # fmt: skip
-    # The simulator standing for this host at the run's start (its measured speed, apps/speed.py).
+    # The simulator standing for this host during the run (its speed measured before and after its jobs).
     host = out[f"nas_{kernel}_host_speed_s"] = r.summary["host_speed_s"]
     stamp = measured_speed(kernel, npb_class, doc["workload"]["jobs"][0]["size"])
     if stamp is None:

@@ -45,7 +45,7 @@ from datetime import UTC, datetime
 from testbed.apps.mpi_trace import RECORDER_VERSION, record
 from testbed.apps.nas.kind import KERNELS, MODELS, NasConfig, kernel_sha256, measured, model_path
 from testbed.apps.profiles import PROFILES
-from testbed.apps.speed import speed_s, stamp, stamp_of
+from testbed.apps.speed import around, speed_s, stamp, stamp_of
 from testbed.apps.synthetic import SyntheticConfig, messages_per_iteration
 from testbed.apps.work import WORK_UNIT_S
 
@@ -132,7 +132,7 @@ def takes_of(kernel: str, npb_class: str, size: int, timeout: float, takes: int)
         ranks = record(cfg.program, cfg.args, size, timeout)
         took = time.monotonic() - t0
         after = speed_s()
-        out.append((summarise(ranks)["cpu_s_max"], took, ranks, (before + after) / 2))
+        out.append((summarise(ranks)["cpu_s_max"], took, ranks, around(before, after)))
         before = after
     return out
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from testbed.apps.speed import speed_s
+from testbed.apps.speed import around, speed_s
 from testbed.apps.wire import frame_bound
 from testbed.core import events as ev
 from testbed.core.backend import (
@@ -315,7 +315,7 @@ class RayBackend:
         self._phase("measuring the host's speed again")
         end = speed_s()
         self.outcome.host_speeds_s = [start, end]
-        self.outcome.host_speed_s = round((start + end) / 2, 6)
+        self.outcome.host_speed_s = around(start, end)
 
     def _start_ray(self) -> None:
         self._phase("starting Ray")

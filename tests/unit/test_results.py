@@ -55,6 +55,19 @@ def test_a_started_job_without_an_end_was_killed_by_the_run_stopping():
     assert [b["job"] for b in results.unplanned(list(rows.values()))] == ["a", "b"]
 
 
+def test_every_row_has_jobs_csvs_columns_in_their_order():
+    # Tally.rows() writes its keys out by hand, in JOB_COLUMNS' order, and jobs.csv takes each value by
+    # its column: a column the rows left out would be written empty, not refused.
+    evs = [
+        {"t": 0.0, "kind": ev.JOB_SUBMITTED, "job": "a", "size": 2},
+        {"t": 0.1, "kind": ev.JOB_STARTED, "job": "a", "nodes": [0, 1]},
+        {"t": 0.5, "kind": ev.JOB_FINISHED, "job": "a"},
+        {"t": 0.2, "kind": ev.JOB_SUBMITTED, "job": "b", "size": 2},
+    ]
+    rows = results.job_rows(evs)
+    assert [list(r) for r in rows] == [results.JOB_COLUMNS] * 2
+
+
 def test_each_nodes_cpu_is_the_same_sum_before_and_after_a_record_wide_enough_for_numpy():
     # Narrow records are added in a loop, from the first record of WIDE_RECORD nodes on by numpy: the
     # same additions, in the same order, so the same doubles (and Python floats out).

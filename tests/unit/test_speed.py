@@ -23,3 +23,8 @@ def test_a_stamp_is_read_back_only_for_the_same_work():
 def test_a_model_replays_as_recorded_unless_both_speeds_are_known():
     assert speed.scale(None, 0.02) == speed.scale(0.02, None) == speed.scale(None, None) == 1.0
     assert speed.scale(0.03, 0.02) == 1.5
+
+
+def test_the_figure_around_a_piece_of_work_is_the_mean_of_the_two_measured():
+    assert speed.around(0.024, 0.031) == 0.0275
+    assert speed.around(0.0241234567, 0.0241234567) == 0.024123
