@@ -8,6 +8,11 @@ message (RECV), so the NIC sees arrivals, waiting receivers and unconsumed messa
 * ``spin``: non-blocking polls of the socket in a loop (burns CPU, like a spinning MPI receive);
 * ``spin-block``: spin for ``spin_us`` emulated microseconds, then tell the NIC (BLOCKED) and block.
 
+Where the node agent gives the worker its node's quota (``TB_SPIN_GUARD``), a spin stops polling once the
+node has spent all but a reserve of the CFS period's quota, and waits blocked for its message or the next
+period, so that it does not throttle its node while its message is on the way
+(testbed/emulator/mechanism/spinguard.py); for the NIC and the policy it is still spinning.
+
 When the NIC does not report message events to a policy, its GO says so and the receive is a standing
 one instead: the NIC pushes each message as it arrives, this side keeps the ones no recv has asked for
 yet and matches source and tag itself, and acknowledges what it consumed in the reserved header field
@@ -32,7 +37,9 @@ import time matters (no asyncio, no numpy unless the caller already passes numpy
 
 from __future__ import annotations
 
+import math
 import os
+import select
 import socket
 import struct
 import time
@@ -72,6 +79,8 @@ from testbed.apps.wire import (
     split_address,
     with_key,
 )
+
+from testbed.emulator.mechanism.spinguard import GuardSpec, SpinGuard
 
 _F64 = struct.Struct("!d")
 
@@ -154,11 +163,14 @@ class Comm:
         key: str | None = None,
         stamped: bool = False,
         max_frame_body: int = MAX_FRAME_BODY,
+        spin_guard: GuardSpec | None = None,
     ) -> None:
         """``key``: the run's key, which every NIC of the run asks of a connection (None: a NIC without
         one, in tests). ``stamped``: the links between nodes are emulated, so each message to another
         node carries its send time (apps/wire.py, STAMP). ``max_frame_body``: the run's bound, which the
-        NICs close a connection for (apps/wire.py frame_bound): a send beyond it is refused here."""
+        NICs close a connection for (apps/wire.py frame_bound): a send beyond it is refused here.
+        ``spin_guard``: the node's quota, which a spinning wait then leaves unspent by its reserve
+        (testbed/emulator/mechanism/spinguard.py; None: spins poll throughout)."""
         if not 0 <= rank < len(nics):
             raise CommError(f"rank {rank} out of range for {len(nics)} NIC addresses")
         if mode not in WAIT_MODES:
@@ -186,6 +198,7 @@ class Comm:
         #: real seconds a recv may wait before giving up; None waits for ever. Off by default because a
         #: descheduled (stopped) peer is normal; dead peers are reported by the NIC instead.
         self.recv_timeout_s = recv_timeout_s
+        self._guard = SpinGuard(spin_guard) if spin_guard is not None else None
         self._buf = bytearray()  # received, not yet parsed
         # recv_into a buffer kept for the whole run: recv(65536) would allocate 64 KiB per message.
         self._rbuf = bytearray(65536)
@@ -235,6 +248,7 @@ class Comm:
                 key=node.key,
                 stamped=node.link_latency_s > 0 or node.link_bandwidth_Bps is not None,
                 max_frame_body=node.max_frame_body or MAX_FRAME_BODY,
+                spin_guard=GuardSpec.from_env(env),
             )
         except KeyError as exc:
             raise CommError(f"environment variable {exc.args[0]} is not set (the agent sets it)") from None
@@ -420,6 +434,7 @@ class Comm:
         if len(buf) >= _HSIZE:
             return False
         now = time.monotonic
+        guard = self._guard
         while True:
             try:
                 n = sock.recv_into(view, 0, _DONTWAIT)
@@ -429,6 +444,13 @@ class Comm:
                     return True
                 if hard is not None and t >= hard:
                     raise CommError(f"rank {self.rank}: no message within {self.recv_timeout_s} s") from None
+                if guard is not None:
+                    pause = guard.pause_s(t)
+                    if pause > 0:
+                        # The node's quota is nearly spent: wait blocked for the message or the next
+                        # period instead of polling the node into throttling (mechanism/spinguard.py).
+                        wake = min(t + pause, until or math.inf, hard or math.inf)
+                        select.select((sock,), (), (), wake - t)
                 continue
             except OSError as exc:
                 raise CommError(f"own NIC {self.node_nic} is gone: {exc}") from exc

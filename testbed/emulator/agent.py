@@ -39,6 +39,7 @@ from testbed.emulator.mechanism.forkserver import ForkServer
 from testbed.emulator.mechanism.priority import raise_process_nice, raise_thread_priority
 from testbed.emulator.mechanism.process import BaseWorker
 from testbed.emulator.mechanism.ratewatch import RateWatch, window_s
+from testbed.emulator.mechanism.spinguard import GuardSpec
 from testbed.emulator.nic import Nic
 from testbed.janitor import processes_with, scratch_root, session_members
 from testbed.schedulers import registry
@@ -93,6 +94,8 @@ class NodeConfig:
     cores: int = 1
     envelope: str = "auto"
     cfs_period_us: int = 100_000
+    #: Real us of the quota a period that a spinning wait leaves unspent (cluster.spin_reserve_us; 0: off).
+    spin_reserve_us: int = 0
     memory_mb: float | None = None
     #: The paging model's page-fault cost (cluster.paging_cost): what the node_paging events' factor is
     #: computed with; logged only, real processes are never slowed by it (_watch_memory).
@@ -447,9 +450,20 @@ class NodeAgent:
             max_frame_body=self.cfg.max_frame_body,
         )
         env.update(node.to_env())
+        env.update(self._spin_guard_env())
         env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
         env.update(extra)
         return env
+
+    def _spin_guard_env(self) -> dict[str, str]:
+        """What a worker's spinning waits need to leave the node's quota its reserve
+        (mechanism/spinguard.py): nothing where the reserve is 0 or no quota fixes the node's rate."""
+        usage = self.envelope.usage_files() if self.cfg.spin_reserve_us > 0 else None
+        if usage is None:
+            return {}
+        period = self.cfg.cfs_period_us
+        quota = round(self.envelope.configured_rate() * period)
+        return GuardSpec(period, quota, self.cfg.spin_reserve_us, *usage).to_env()
 
     def _register(
         self,

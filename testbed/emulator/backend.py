@@ -411,6 +411,7 @@ class RayBackend:
                 cores=c.cores_per_node,
                 envelope=c.envelope,
                 cfs_period_us=round(c.cfs_period_ms * 1000),
+                spin_reserve_us=round(c.spin_reserve_us),
                 memory_mb=info.memory_mb,
                 paging_cost=c.paging_cost,
                 cluster=tuple((i.rate, i.memory_mb) for i in c.node_info()),

@@ -195,6 +195,16 @@ class ClusterConfig(_Model):
         description="real ms: CFS period of the node cgroups; shorter periods show sleeps (I/O) more "
         "faithfully at a higher kernel cost (testbed/emulator/mechanism/envelope.py)",
     )
+    spin_reserve_us: float = Field(
+        200.0,
+        ge=0,
+        le=100_000,
+        description="real us of a node's CFS quota a period that a spinning wait leaves unspent: once the "
+        "node has spent the rest, the spinner waits blocked for its message or the next period instead of "
+        "polling its node into throttling, where a message would wait for the next period "
+        "(testbed/emulator/mechanism/spinguard.py; at most half the quota); 0 = spins poll throughout. "
+        "Real processes only: the simulator's node is never throttled",
+    )
     memory_mb: float | None = Field(
         None, gt=0, description="memory per node for memory-aware allocation; null = not checked"
     )

@@ -25,9 +25,13 @@ from testbed.schedulers.base import (
 
 from testbed.core.clock import Clock
 from testbed.emulator.loop import LoopThread
+from testbed.emulator.mechanism import envelope as envmod
+from testbed.emulator.mechanism.spinguard import GuardSpec
 from testbed.emulator.nic import Nic
 
-from ..conftest import measured
+from ..conftest import measured, requires
+
+_V1_WHY = envmod.probe_v1()
 
 # One worker program for every test; argv[1] picks the scenario, results come back as JSON on stdout.
 WORKER = r"""
@@ -208,6 +212,22 @@ elif scenario == "big":
         c.send(1, b"")
     else:
         out["got"] = [len(m) for m in iter(lambda: c.recv(0), b"")]
+elif scenario == "hops":
+    # rank 0, in a node's cgroup (JOIN: its procs files), spins for stamps that rank 1 sends 3-13 ms apart
+    if r == 0:
+        for path in os.environ["JOIN"].split(","):
+            with open(path, "w") as f:
+                f.write(str(os.getpid()))
+        t0, cpu0 = time.monotonic(), time.process_time()
+        out["delays"] = [time.monotonic() - struct.unpack("d", m)[0] for m in iter(lambda: c.recv(1), b"")]
+        out["cpu_share"] = (time.process_time() - cpu0) / (time.monotonic() - t0)  # of a real core
+    else:
+        import random
+        rng = random.Random(1)
+        for _ in range(int(os.environ["HOPS"])):
+            time.sleep(rng.uniform(0.003, 0.013))
+            c.send(0, struct.pack("d", time.monotonic()))
+        c.send(0, b"")
 elif scenario == "death":
     if r == 0:
         time.sleep(0.2)
@@ -420,6 +440,51 @@ def test_wait_modes_spin_burns_cpu_block_does_not(cluster_factory) -> None:
         why="CPU-time windows: on 2 cores shared with other tests a spinner does not get a whole core, and "
         "a woken blocker can be charged a little more",
     )
+
+
+#: paper003-compare's node: TDF 4.71, a 10 ms period, so a 2.12 ms quota (rate 1).
+GUARD_TDF, GUARD_PERIOD_US, GUARD_RESERVE_US = 4.71, 10_000, 200
+#: Median real ms from a stamp's send to its spinning receiver holding it, 120 hops 3-13 ms apart
+#: (2026-11-28, this 2-core host, load average 5-20, 4 runs): unguarded 6.7-8.4 (the receiver spins its
+#: quota away and sits throttled, 79 % of each period, until the next); guarded 0.18-0.21 (two hops
+#: through the NIC's relay, 50-90 us each, and a wake from the guard's wait).
+UNGUARDED_MIN_MS, GUARDED_MAX_MS = 2.0, 1.0
+#: The guarded receiver still spins: its CPU over its node's quota, measured 0.95-0.98 (unguarded
+#: 1.00-1.01; the reserve is 9.4 % of the quota, part of which the wakes spend). A guard that blocked
+#: instead of pausing would read near 0.
+GUARDED_MIN_CPU = 0.7
+
+
+@pytest.mark.cgroup
+@requires(_V1_WHY is None, f"cgroup v1 envelope not usable here: {_V1_WHY}")
+def test_a_guarded_spin_sees_its_message_when_it_comes_an_unguarded_one_a_period_late(
+    cluster_factory, run_id
+) -> None:
+    node = envmod.CgroupV1Envelope(run_id, 0, 1.0, GUARD_TDF, period_us=GUARD_PERIOD_US)
+    node.create()
+    try:
+        join = ",".join(node.join_files())
+        guard = GuardSpec(GUARD_PERIOD_US, node.quota_us, GUARD_RESERVE_US, *node.usage_files()).to_env()
+        cl = cluster_factory(2)
+        tries = iter(range(1, 10))
+
+        def hops(**extra) -> tuple[float, float]:
+            """(median hop in real ms, the receiver's CPU over its quota)."""
+            r0, _ = results(cl.worker("hops", f"j{next(tries)}", [0, 1], JOIN=join, HOPS=120,
+                                      TB_WAIT_MODE="spin", **extra))  # fmt: skip
+            share = r0["cpu_share"] / (node.quota_us / GUARD_PERIOD_US)
+            return round(sorted(r0["delays"])[len(r0["delays"]) // 2] * 1000, 3), round(share, 3)
+
+        (plain_ms, plain_cpu), (guarded_ms, guarded_cpu) = measured(
+            lambda: (hops(), hops(**guard)),
+            lambda m: m[0][0] > UNGUARDED_MIN_MS and m[1][0] < GUARDED_MAX_MS and m[1][1] > GUARDED_MIN_CPU,
+            why="hop and CPU windows: a host busy with other work delays the guarded receiver's wake-up and "
+            "the relay, and can keep either node from spending its quota",
+        )
+        print(f"\nmedian hop ms, CPU / quota: unguarded {plain_ms}, {plain_cpu}; guarded {guarded_ms}, "
+              f"{guarded_cpu}")  # fmt: skip
+    finally:
+        node.destroy()
 
 
 def test_nic_reports_arrivals_waits_and_unconsumed(cluster_factory) -> None:

@@ -300,6 +300,11 @@ class Envelope(ABC):
         kernel's, summed over the CPUs on which the node's group was throttled."""
         return None
 
+    def usage_files(self) -> tuple[str, str] | None:
+        """(cpu.stat, the usage file where cpu.stat has no usage, else "") of the node's cgroup, which a
+        guarded spin reads each poll (mechanism/spinguard.py); None where no quota fixes the rate."""
+        return None
+
     @abstractmethod
     def destroy(self) -> None: ...
 
@@ -450,6 +455,9 @@ class CgroupV1Envelope(_V1ProcsFiles, Envelope):
     def rate_counters(self) -> tuple[float, float, int, list[int]] | None:
         return v1_rate_counters(self.dirs["cpuacct"], self.dirs["cpu"])
 
+    def usage_files(self) -> tuple[str, str] | None:
+        return os.path.join(self.dirs["cpu"], "cpu.stat"), os.path.join(self.dirs["cpuacct"], "cpuacct.usage")
+
     def destroy(self) -> None:
         existing = [d for d in self._unique if os.path.isdir(d)]
         if not existing:
@@ -563,6 +571,9 @@ class CgroupV2Envelope(Envelope):
         tids = _read_pids(os.path.join(self.dir, "cgroup.threads"))
         throttled = int(stat.get("throttled_usec", 0)) / 1e6
         return int(stat["usage_usec"]) / 1e6, throttled, int(stat.get("nr_throttled", 0)), tids
+
+    def usage_files(self) -> tuple[str, str] | None:
+        return (os.path.join(self.dir, "cpu.stat"), "") if self.need_cpu else None
 
     def _events(self) -> dict[str, str]:
         return dict(line.split() for line in _read(os.path.join(self.dir, "cgroup.events")).splitlines())
