@@ -17,6 +17,15 @@
 * rank_start_ms: emulated ms from a job's start (the coordinator's decision) to each rank's HELLO at its
   NIC (start-up done), over the BSP ranks of the chosen period: p99 and max (target 5 ms).
 
+* scheme_<name>_ratio (``--only schemes``): scenarios/paper003-compare.yaml's real subset (12 NAS jobs,
+  heavy load, packing) under each scheme of ``--schemes`` (the ones whose receivers spin or spin-block,
+  issue 25), mean response time real / simulated, the simulator told the run's host speed; median of
+  ``--reps`` runs. Target 0.9-1.1. The scenario's ``cluster.spin_reserve_us`` unless ``--spin-reserve-us``
+  says otherwise (0: spins poll their node's quota away, docs/measurements.md, "Spinning receivers").
+* scheme_1gs_miss_points: paper000-multiclass.yaml's real subset (its header's command: 6 jobs, TDF 16)
+  under 1GS with admission, deadline miss ratio real - simulated in points; median of ``--miss-reps``
+  runs (0: not measured; each takes 4-5 min). Target within 10 points.
+
 * nas_<kernel>_ratio: each NAS kernel (apps/nas/, class ``--nas-class``, ``--nas-ranks`` ranks) alone
   on as many nodes, ``--reps`` jobs back to back (batch) after a warm-up job (``WARMUP_JOBS``, not
   counted: a run's first job pays for this VM host's memory), real execution time / simulated (the
@@ -73,6 +82,19 @@ def _core():
 
 core = _core()
 say, err_str, pct = core.say, core.err_str, core.pct
+
+#: The schemes whose receivers spin (DCS, PB, 1GS) or spin-block (SB, CC, 2DCS) (issue 25).
+SCHEMES = ("dcs", "sb", "pb", "cc", "1gs", "2dcs-tdm")
+SCHEME_TARGETS = {**{f"scheme_{s}_ratio": "0.9-1.1" for s in SCHEMES}, "scheme_1gs_miss_points": "<= 10"}
+#: paper000-multiclass's real subset (the scenario header's command), 1GS with admission.
+PAPER000_SUBSET = {
+    "clock": {"tdf": 16},
+    "cluster": {"cfs_period_ms": 20},
+    "count": 6,
+    "mean_s": 4,
+    "mean_interarrival_s": 1.0,
+    "scheduler": {"name": "1gs", "params": {"rows": 6, "quantum_ms": 50, "lead_ms": 10, "admission": True}},
+}
 
 
 def cpu_idle() -> tuple[int, int]:
@@ -278,9 +300,92 @@ def measure_kernel(base: Path, kernel: str, npb_class: str, doc: dict, out: dict
         f"{out[f'nas_{kernel}_speed_ratio']}")  # fmt: skip
 
 
+def scenario_doc(name: str) -> dict:
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "scenarios" / f"{name}.yaml").read_text())
+    doc.pop("sweep", None)
+    doc["wall_limit_s"] = core.WALL_LIMIT_S
+    return doc
+
+
+def paper003_doc(scheme: str, reserve_us: float | None) -> dict:
+    """paper003-compare's real subset (its header's command) under ``scheme``."""
+    doc = scenario_doc("paper003-compare")
+    doc["scheduler"] = {"name": scheme, "params": {}}
+    if reserve_us is not None:
+        doc["cluster"]["spin_reserve_us"] = reserve_us
+    return doc
+
+
+def paper000_doc(reserve_us: float | None) -> dict:
+    doc, sub = scenario_doc("paper000-multiclass"), PAPER000_SUBSET
+    doc["clock"] = {**doc.get("clock", {}), **sub["clock"]}
+    doc["cluster"].update(sub["cluster"])
+    gen = doc["workload"]["generator"]
+    gen.update(count=sub["count"], mean_interarrival_s=sub["mean_interarrival_s"])
+    gen["duration"]["mean_s"] = sub["mean_s"]
+    doc["scheduler"] = sub["scheduler"]
+    if reserve_us is not None:
+        doc["cluster"]["spin_reserve_us"] = reserve_us
+    return doc
+
+
+def real_and_sim(base: Path, label: str, doc: dict) -> tuple[dict, dict]:
+    """A real run's summary and the simulator's, told the real run's host speed."""
+    r = core.run(base, label, doc)
+    if r.summary is None or r.error is not None:
+        raise RuntimeError(f"{label}: {r.error or 'no summary'}")
+    at_speed = {**doc, "cluster": {**doc["cluster"], "host_speed_s": r.summary["host_speed_s"]}}
+    return r.summary, sim(at_speed, base / f"{label}-sim")
+
+
+def measure_schemes(
+    base: Path, schemes: list[str], reps: int, miss_reps: int, reserve: float | None, out: dict
+) -> None:
+    """Each scheme's paper003 ratio (a run's failure is its figure), then 1GS's miss ratio on paper000."""
+    for scheme in schemes:
+        say(f"\n== paper003-compare's real subset under {scheme}: mean response real / simulated, "
+            f"{reps} runs ==")  # fmt: skip
+        try:
+            ratios = []
+            for i in range(reps):
+                real, simulated = real_and_sim(base, f"{scheme}-{i + 1}", paper003_doc(scheme, reserve))
+                ratios.append(real["mean_response_time_s"] / simulated["mean_response_time_s"])
+                say(f"  run {i + 1}: real {real['mean_response_time_s']:.3f} s, sim "
+                    f"{simulated['mean_response_time_s']:.3f} s: ratio {ratios[-1]:.3f}; worst rate window "
+                    f"{core.fmt(real.get('rate_window_error_max'), '', 3)}")  # fmt: skip
+            out[f"scheme_{scheme}_ratio"] = round(statistics.median(ratios), 3)
+            out[f"scheme_{scheme}_ratios"] = [round(x, 3) for x in ratios]
+        except Exception as exc:  # noqa: BLE001 - reported in the figure, the other schemes still run
+            out[f"scheme_{scheme}_ratio"] = err_str(exc)
+            say(f"  {out[f'scheme_{scheme}_ratio']}")
+    if miss_reps:
+        measure_1gs_miss(base, miss_reps, reserve, out)
+
+
+def measure_1gs_miss(base: Path, reps: int, reserve: float | None, out: dict) -> None:
+    say(f"\n== paper000's real subset under 1GS with admission: miss ratio real - simulated, {reps} runs ==")
+    try:
+        points = []
+        for i in range(reps):
+            real, simulated = real_and_sim(base, f"1gs-miss-{i + 1}", paper000_doc(reserve))
+            points.append((real["deadline_miss_ratio"] - simulated["deadline_miss_ratio"]) * 100)
+            say(f"  run {i + 1}: real {real['deadline_miss_ratio']:.3f}, sim "
+                f"{simulated['deadline_miss_ratio']:.3f}: {points[-1]:+.1f} points")  # fmt: skip
+        out["scheme_1gs_miss_points"] = round(statistics.median(points), 1)
+    except Exception as exc:  # noqa: BLE001
+        out["scheme_1gs_miss_points"] = err_str(exc)
+        say(f"  {out['scheme_1gs_miss_points']}")
+
+
 def verdict(key: str, v) -> str:
     if not isinstance(v, int | float):
         return "NOT MEASURED"
+    if key == "scheme_1gs_miss_points":
+        return "met" if abs(v) <= 10 else "MISSED"
+    if key.startswith("scheme_"):
+        return "met" if 0.9 <= v <= 1.1 else "MISSED"
     if key == "bsp_makespan_ratio":
         return "met" if v <= 1.05 else "MISSED"
     if key == "quickstart_response_ratio" or key.startswith("nas_"):
@@ -296,7 +401,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--periods", default="100,20,10", help="CFS periods to compare, real ms")
     ap.add_argument("--reps", type=int, default=3, help="BSP jobs per period and quickstart runs")
-    ap.add_argument("--only", default="", help="any of bsp, quickstart, nas (comma-separated)")
+    ap.add_argument("--only", default="", help="any of bsp, quickstart, nas, schemes (comma-separated)")
+    ap.add_argument("--schemes", default=",".join(SCHEMES), help="which schemes the schemes part runs")
+    ap.add_argument("--miss-reps", type=int, default=1, help="runs of paper000's 1GS subset (0: none)")
+    ap.add_argument("--spin-reserve-us", type=float, help="cluster.spin_reserve_us (default: the scenario's)")
     ap.add_argument("--nas-class", default="A", help="the NAS kernels' class")
     ap.add_argument("--nas-ranks", type=int, default=4, help="the NAS kernels' rank count")
     ap.add_argument("--nas-kernels", default="ep,is,cg,mg,ft", help="which NAS kernels")
@@ -333,6 +441,9 @@ def main() -> None:
         if "nas" in parts:
             kernels = a.nas_kernels.split(",")
             measure_nas(base, kernels, a.nas_class, a.nas_ranks, a.reps, out, a.nas_period_ms)
+        if "schemes" in parts:
+            schemes = [s for s in a.schemes.split(",") if s]
+            measure_schemes(base, schemes, a.reps, a.miss_reps, a.spin_reserve_us, out)
     finally:
         if tmp is not None:
             tmp.cleanup()
@@ -341,7 +452,7 @@ def main() -> None:
     out["default_period_ms"] = default_period
     say(f"\n== summary ({time.monotonic() - t0:.0f} s real; host CPU idle over the benchmark "
         f"{out['host_idle_share'] * 100:.1f} %) ==")  # fmt: skip
-    for k, tgt in TARGETS.items():
+    for k, tgt in {**TARGETS, **SCHEME_TARGETS}.items():
         v = out.get(k, "-")
         say(f"  {k:<28} {v!s:>10}  target {tgt:<8} {verdict(k, v)}")
     if isinstance(out.get("period_ms"), float) and out["period_ms"] != default_period:
