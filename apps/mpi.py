@@ -42,6 +42,7 @@ from testbed.apps.base import (
     SimContext,
 )
 from testbed.apps.environ import MPICH_NO_LOCAL, JobEnv, NodeEnv
+from testbed.apps.reports import COMPUTE_UNIT
 from testbed.schedulers.inputs import cut_path
 
 if getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", "").endswith(
@@ -118,7 +119,7 @@ class Mpi(ProgramKind):
     #: The head (on the head node, outside every policy's view) is the job's PMI server.
     head = True
     measured_model = True
-    reports = Reports((COLLECTIVES_UNIT,))
+    reports = Reports((COLLECTIVES_UNIT, COMPUTE_UNIT))
 
     @classmethod
     def largest_message(cls, cfg: MpiConfig, size: int) -> int | None:

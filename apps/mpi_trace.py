@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from testbed.apps.environ import MPICH_NO_LOCAL, TRACE_PARENT
+from testbed.apps.mpi_wrap import ComputeClock
 from testbed.apps.speed import around, speed_s, stamp, stamp_of
 
 #: Numbers this process's recordings (their PMI key-value spaces must differ: apps/mpi_pmi.py).
@@ -196,19 +197,16 @@ class Recorder:
     def __init__(self, n: int) -> None:
         self.n = n
         self.ops: list[list] = []
-        self.mark = 0.0  # the main thread's CPU clock when the previous call returned
+        self.clock = ComputeClock()
         self.wants_bytes = True  # a collective's data size is part of the trace
 
     def _compute(self) -> None:
-        now = time.thread_time()
-        if now > self.mark:
-            self.ops.append(["c", now - self.mark])
-        # A call noted in two parts (Sendrecv: its send, then its receive) counts the CPU before it once;
-        # it used to count it twice (NAS CG: 1.2-1.3 s per rank recorded, 0.87-0.97 s measured whole).
-        self.mark = now
+        spent = self.clock.lap()
+        if spent > 0:
+            self.ops.append(["c", spent])
 
     def done(self) -> None:
-        self.mark = time.thread_time()
+        self.clock.resume()
 
     def flush(self) -> None:
         pass

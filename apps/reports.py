@@ -24,3 +24,8 @@ SESSION_IDEAL = "session_ideal_s"
 SESSION_BYTES = "session_bytes"
 #: Units that are times, not work done: no progress rate is computed from them.
 SESSION_TIMES = (SESSION_ELAPSED, SESSION_IDEAL)
+
+#: An MPI rank's compute, reported once at its end: its main thread's CPU seconds between its MPI calls,
+#: what a measured model records as compute (apps/mpi_wrap.py, ComputeClock). Beside the model's, it says
+#: how fast the host did the job's own work during the run (benchmarks/fidelity.py). A time: no rate.
+COMPUTE_UNIT = "compute_s"

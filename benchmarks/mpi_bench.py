@@ -25,9 +25,10 @@
   same scenario), differenced against a job of the same scenario with 1 round (start-up, imports and
   MPI_Init cancel out), per message sent or received (the mirror's barriers count one each way).
 * collcpu (not in the default list): the CPU a rank spends inside MPI's Alltoall and Allreduce per byte
-  of the data it hands them (tests/programs/collcpu.py on plain ``mpiexec -n 2``, 1, 4 and 16 MB, median
-  over the sizes and ``--reps`` runs), beside a plain copy of the same bytes in the same runs and the
-  figures the simulator charges (apps/mpi.py, collective_cpu_s), which were set from it.
+  of the data it hands them, as a testbed rank spends it (tests/programs/collcpu.py as an MPI job alone on
+  2 and on 4 nodes, 8, 16 and 32 MB, median over the sizes and ``--reps`` runs), beside a plain copy of
+  the same bytes in the same runs and the figures the simulator charges (apps/mpi.py, collective_cpu_s),
+  which were set from the same program on plain ``mpiexec -n 2`` (MPICH's shared memory, 1-16 MB).
 
 The last line printed is one JSON object. Note the host's other load (the run prints its idle share).
 """
@@ -214,21 +215,31 @@ def bench_msgcpu(tmp: Path, rounds: int) -> dict:
     return fig
 
 
-def bench_collcpu(reps: int) -> dict:
-    """MPI's CPU inside Alltoall and Allreduce per byte handed (tests/programs/collcpu.py on plain
-    ``mpiexec -n 2``, one rank a core), the median over its sizes and ``reps`` runs, beside a plain copy of
-    the same bytes and the figures the simulator charges (apps/mpi.py, collective_cpu_s)."""
+#: The sizes collcpu hands each collective, MB: NAS FT.A on 4 ranks hands its Alltoalls 32 MB a rank.
+COLLCPU_MB = (8, 16, 32)
+#: The rank counts collcpu runs on.
+COLLCPU_RANKS = (2, 4)
+
+
+def bench_collcpu(tmp: Path, reps: int) -> dict:
+    """MPI's CPU inside Alltoall and Allreduce per byte handed, as a testbed rank spends it
+    (tests/programs/collcpu.py as an MPI job alone on 2 and on 4 nodes: MPICH's network module between
+    the nodes, the mirror's barrier and the node's quota, as a NAS kernel's ranks have them), median over
+    COLLCPU_MB and ``reps`` runs, beside a plain copy of the same bytes in the same runs and the figures
+    the simulator charges (apps/mpi.py, collective_cpu_s)."""
     from testbed.apps.mpi import COLLECTIVE_CPU_PER_BYTE_S, REDUCTION_CPU_PER_BYTE_S
 
-    got: dict[str, list[float]] = {}
-    for _ in range(reps):
-        p = subprocess.run(
-            ["mpiexec", "-n", "2", sys.executable, str(PROGRAMS / "collcpu.py")],
-            capture_output=True, text=True, timeout=300, check=True,
-        )  # fmt: skip
-        for op, by_size in json.loads(p.stdout.splitlines()[-1]).items():
-            got.setdefault(op, []).extend(by_size.values())
-    fig = {f"collcpu_{op}_ns_per_byte": statistics.median(v) for op, v in got.items()}
+    fig: dict = {}
+    for ranks in COLLCPU_RANKS:
+        got: dict[str, list[float]] = {}
+        for rep in range(reps):
+            doc = {"cluster": {"nodes": ranks}, "scheduler": {"name": "batch"},
+                   "workload": {"jobs": [_mpi("cc", ranks, "collcpu.py", *COLLCPU_MB)]}}  # fmt: skip
+            out = _run(tmp, f"collcpu-{ranks}-{rep}", doc)
+            for op, by_size in json.loads((out / "logs" / "cc.0.out").read_text()).items():
+                got.setdefault(op, []).extend(by_size.values())
+        for op, values in got.items():
+            fig[f"collcpu_{op}_{ranks}_ranks_ns_per_byte"] = statistics.median(values)
     fig["collcpu_charged_alltoall_ns_per_byte"] = COLLECTIVE_CPU_PER_BYTE_S * 1e9
     fig["collcpu_charged_allreduce_ns_per_byte"] = REDUCTION_CPU_PER_BYTE_S * 1e9
     return fig
@@ -291,7 +302,7 @@ def _bench(args: argparse.Namespace, tmp: Path) -> int:
             elif part == "msgcpu":
                 out.update(bench_msgcpu(tmp, args.rounds))
             elif part == "collcpu":
-                out.update(bench_collcpu(args.reps))
+                out.update(bench_collcpu(tmp, args.reps))
             else:
                 raise ValueError(f"unknown part {part!r}")
         except Exception as exc:  # noqa: BLE001 - the figure says why it is missing

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from testbed.apps.reports import DEADLINE_UNITS as _DEADLINE_UNITS
 from testbed.apps.reports import (
+    COMPUTE_UNIT,
     DEADLINES_MISSED,
     FINISH_UNIT,
     SAMPLE_UNITS,
@@ -31,6 +31,7 @@ from testbed.apps.reports import (
     SESSION_IDEAL,
     SESSION_TIMES,
 )
+from testbed.apps.reports import DEADLINE_UNITS as _DEADLINE_UNITS
 from testbed.core import events as ev
 from testbed.core.jobs import StrEnum
 from testbed.results.dedicated import Dedicated
@@ -347,7 +348,7 @@ class Tally:
             totals = self.session[e["job"]]
             totals[unit] = max(totals.get(unit, 0.0), float(e["value"]))
             return
-        if e.get("job") in self.start and unit != FINISH_UNIT:  # a time, not a count: no rate
+        if e.get("job") in self.start and unit not in (FINISH_UNIT, COMPUTE_UNIT):  # times: no rate
             key = (e["job"], e.get("unit", "barriers"))
             old = self.progress.get(key)
             if old is None or e["value"] > old[0]:

@@ -188,6 +188,29 @@ def test_every_registered_scheduler_runs_mpi_jobs_as_it_runs_synthetic_ones(tmp_
     } <= set(ok)
 
 
+def test_each_rank_reports_its_compute_between_mpi_calls_not_its_waits(tmp_path):
+    # Rank 0 computes 0.3 s of CPU before a Barrier that ranks 1 and 2 enter at once and wait in: a
+    # waiting rank's compute is its start (imports, MPI_Init) alone, as a recording's first compute is.
+    jobs = [_mpi("busy", 3, PROGRAMS / "busy_barrier.py", 0.3)]
+    out = tmp_path / "out"
+    p = _cli(["run", str(_scenario(tmp_path, "busy", {"name": "batch"}, jobs)), "--out", str(out)])
+    assert p.returncode == 0, p.stdout + p.stderr
+    compute = {
+        e["rank"]: e["value"] for e in _events(out) if e["kind"] == "progress" and e["unit"] == "compute_s"
+    }
+    assert sorted(compute) == [0, 1, 2]
+    exited = {e["rank"]: e for e in _events(out) if e["kind"] == "proc_exited" and e["job"] == "busy"}
+    for waiting in (1, 2):
+        # Its Barrier lasted as long as rank 0's 0.3 s of CPU at the node's rate, and counts for none of it.
+        assert 0.27 <= compute[0] - compute[waiting] <= 0.35, compute
+        assert compute[waiting] < exited[waiting]["cpu_s"]  # MPI's and the mirror's CPU is not compute
+    # No rate is made of it: it is a time, not work done.
+    summary = json.loads((out / "summary.json").read_text())
+    assert "collectives_per_s.mpi" in summary
+    assert not [k for k in summary if k.startswith("compute_s")], summary
+    assert wait_clean(out) == ([], [])
+
+
 def test_a_program_that_fails_while_recorded_for_the_simulator_ends_the_run_with_its_line(tmp_path):
     scn = _scenario(tmp_path, "simfail", {"name": "batch"}, [_mpi("bad", 2, PROGRAMS / "raises.py")])
     env = {**os.environ, "TESTBED_MPI_TRACES": str(tmp_path / "traces")}

@@ -275,12 +275,36 @@ def test_the_mirror_takes_the_median_of_its_receives_off_the_link_bounded():
         (False, [5e-6] * mpi_wrap.EARLY_WINDOW, 0.0),
     ):
         tb = SimpleNamespace(stamped=stamped, early_s=0.0, _standing=True, mode="spin")
-        mirror = mpi_wrap._Mirror(tb, 2)
+        mirror = mpi_wrap._Mirror(tb, 2, mpi_wrap.ComputeClock())
         mirror.active = True
         for cost in costs:
             mirror.mirrored_at = mpi_wrap.time.monotonic() - cost
             mirror.matched(None)
         assert abs(tb.early_s - want) < 2e-6, (stamped, tb.early_s, want)
+
+
+def test_the_compute_clock_counts_cpu_between_calls_once_and_none_inside_them():
+    # What a model records as a rank's compute and what a real rank reports (compute_s): CPU between
+    # calls; a call noted in two parts (Sendrecv) does not count the CPU before it twice.
+    import time
+
+    from testbed.apps.mpi_wrap import ComputeClock
+
+    def burn(seconds: float) -> None:
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < seconds:
+            pass
+
+    clock = ComputeClock()
+    burn(0.02)
+    first = clock.lap()  # a call begins
+    assert 0.02 <= first < 0.03
+    burn(0.02)  # inside the call: MPI's CPU
+    clock.resume()  # it returned
+    burn(0.01)
+    assert 0.01 <= clock.lap() < 0.02
+    assert clock.lap() < 0.001  # the same call's second part: only the instant between the two
+    assert 0.03 <= clock.total < 0.045
 
 
 def test_the_segments_mpi_init_mapped_are_unlinked_and_nothing_else(tmp_path):
