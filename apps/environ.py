@@ -57,7 +57,7 @@ TRACE_PARENT = "TB_TRACE_PARENT"
 MPICH_NO_LOCAL = "MPIR_CVAR_NOLOCAL"
 LINK_LATENCY_S = "TB_LINK_LATENCY_S"
 #: The node's CFS period, quota and cgroup files, for a spinning wait's guard: set by the node agent where
-#: cluster.spin_reserve_us is above 0 (testbed/emulator/mechanism/spinguard.py, GuardSpec).
+#: cluster.spin_reserve_us is above 0 (apps/spinguard.py, GuardSpec).
 SPIN_GUARD = "TB_SPIN_GUARD"
 LINK_BANDWIDTH_BPS = "TB_LINK_BANDWIDTH_BPS"
 #: The run's frame bound (apps/wire.py frame_bound): tbcomm refuses to send a message beyond it.

@@ -11,7 +11,7 @@ message (RECV), so the NIC sees arrivals, waiting receivers and unconsumed messa
 Where the node agent gives the worker its node's quota (``TB_SPIN_GUARD``), a spin stops polling once the
 node has spent all but a reserve of the CFS period's quota, and waits blocked for its message or the next
 period, so that it does not throttle its node while its message is on the way
-(testbed/emulator/mechanism/spinguard.py); for the NIC and the policy it is still spinning.
+(apps/spinguard.py); for the NIC and the policy it is still spinning.
 
 When the NIC does not report message events to a policy, its GO says so and the receive is a standing
 one instead: the NIC pushes each message as it arrives, this side keeps the ones no recv has asked for
@@ -45,6 +45,7 @@ import struct
 import time
 
 from testbed.apps.environ import JobEnv, NodeEnv
+from testbed.apps.spinguard import GuardSpec, SpinGuard
 from testbed.apps.wire import (
     ACK,
     ANY,
@@ -79,8 +80,6 @@ from testbed.apps.wire import (
     split_address,
     with_key,
 )
-
-from testbed.emulator.mechanism.spinguard import GuardSpec, SpinGuard
 
 _F64 = struct.Struct("!d")
 
@@ -170,7 +169,7 @@ class Comm:
         node carries its send time (apps/wire.py, STAMP). ``max_frame_body``: the run's bound, which the
         NICs close a connection for (apps/wire.py frame_bound): a send beyond it is refused here.
         ``spin_guard``: the node's quota, which a spinning wait then leaves unspent by its reserve
-        (testbed/emulator/mechanism/spinguard.py; None: spins poll throughout)."""
+        (apps/spinguard.py; None: spins poll throughout)."""
         if not 0 <= rank < len(nics):
             raise CommError(f"rank {rank} out of range for {len(nics)} NIC addresses")
         if mode not in WAIT_MODES:
@@ -448,7 +447,7 @@ class Comm:
                     pause = guard.pause_s(t)
                     if pause > 0:
                         # The node's quota is nearly spent: wait blocked for the message or the next
-                        # period instead of polling the node into throttling (mechanism/spinguard.py).
+                        # period instead of polling the node into throttling (apps/spinguard.py).
                         wake = min(t + pause, until or math.inf, hard or math.inf)
                         select.select((sock,), (), (), wake - t)
                 continue

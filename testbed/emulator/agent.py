@@ -25,6 +25,7 @@ from typing import Any
 
 from testbed.apps.environ import NodeEnv, leftover_marks
 from testbed.apps.probe import command as probe_command
+from testbed.apps.spinguard import GuardSpec
 from testbed.apps.wire import MAX_FRAME_BODY
 from testbed.core import coop, paging
 from testbed.core import events as ev
@@ -39,7 +40,6 @@ from testbed.emulator.mechanism.forkserver import ForkServer
 from testbed.emulator.mechanism.priority import raise_process_nice, raise_thread_priority
 from testbed.emulator.mechanism.process import BaseWorker
 from testbed.emulator.mechanism.ratewatch import RateWatch, window_s
-from testbed.emulator.mechanism.spinguard import GuardSpec
 from testbed.emulator.nic import Nic
 from testbed.janitor import processes_with, scratch_root, session_members
 from testbed.schedulers import registry
@@ -457,7 +457,7 @@ class NodeAgent:
 
     def _spin_guard_env(self) -> dict[str, str]:
         """What a worker's spinning waits need to leave the node's quota its reserve
-        (mechanism/spinguard.py): nothing where the reserve is 0 or no quota fixes the node's rate."""
+        (apps/spinguard.py): nothing where the reserve is 0 or no quota fixes the node's rate."""
         usage = self.envelope.usage_files() if self.cfg.spin_reserve_us > 0 else None
         if usage is None:
             return {}

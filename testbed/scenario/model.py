@@ -202,7 +202,7 @@ class ClusterConfig(_Model):
         description="real us of a node's CFS quota a period that a spinning wait leaves unspent: once the "
         "node has spent the rest, the spinner waits blocked for its message or the next period instead of "
         "polling its node into throttling, where a message would wait for the next period "
-        "(testbed/emulator/mechanism/spinguard.py; at most half the quota); 0 = spins poll throughout. "
+        "(apps/spinguard.py; at most half the quota); 0 = spins poll throughout. "
         "Real processes only: the simulator's node is never throttled",
     )
     memory_mb: float | None = Field(

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from testbed.apps.spinguard import GuardSpec
 from testbed.schedulers.base import (
     CollectiveEnter,
     CollectiveLeave,
@@ -26,7 +27,6 @@ from testbed.schedulers.base import (
 from testbed.core.clock import Clock
 from testbed.emulator.loop import LoopThread
 from testbed.emulator.mechanism import envelope as envmod
-from testbed.emulator.mechanism.spinguard import GuardSpec
 from testbed.emulator.nic import Nic
 
 from ..conftest import measured, requires

@@ -302,7 +302,7 @@ class Envelope(ABC):
 
     def usage_files(self) -> tuple[str, str] | None:
         """(cpu.stat, the usage file where cpu.stat has no usage, else "") of the node's cgroup, which a
-        guarded spin reads each poll (mechanism/spinguard.py); None where no quota fixes the rate."""
+        guarded spin reads each poll (apps/spinguard.py); None where no quota fixes the rate."""
         return None
 
     @abstractmethod
