@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -155,6 +155,49 @@ class Start:
     nodes: tuple[int, ...]
 
 
+class SlotJobs(Mapping[int, frozenset[str]]):
+    """A slot plan given by job: ``jobs`` maps each job the slot runs to its nodes (all of them), and every
+    other node of the ``nodes`` runs nothing. Read as :attr:`Dispatch.allowed` it is node -> the jobs the
+    node may run, for every node ``0..nodes-1`` (an empty set for an idle one), built on its first read.
+
+    A slot then costs as many steps as it runs jobs: a backend that switches by job (the simulator,
+    docs/architecture.md, "Gang switches scheduled ahead") reads ``jobs`` and never the nodes' view, which
+    a gang slot of 10,000 nodes built at every quantum (benchmarks/sim_scale.py's scale run).
+    """
+
+    __slots__ = ("nodes", "jobs", "_by_node")
+
+    def __init__(self, nodes: int, jobs: Mapping[str, Sequence[int]]) -> None:
+        self.nodes = nodes
+        self.jobs = jobs
+        self._by_node: dict[int, frozenset[str]] | None = None
+
+    def _view(self) -> dict[int, frozenset[str]]:
+        if self._by_node is None:
+            # One set per job, shared by its nodes, and one empty set for the idle ones: not two per node.
+            empty: frozenset[str] = frozenset()
+            allowed: dict[int, frozenset[str]] = dict.fromkeys(range(self.nodes), empty)
+            for job_id, nodes in self.jobs.items():
+                one = frozenset((job_id,))
+                for n in nodes:
+                    have = allowed.get(n, empty)
+                    allowed[n] = have | one if have else one
+            self._by_node = allowed
+        return self._by_node
+
+    def __getitem__(self, node: int) -> frozenset[str]:
+        return self._view()[node]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._view())
+
+    def __len__(self) -> int:
+        return len(self._view())
+
+    def __repr__(self) -> str:
+        return f"SlotJobs({self.nodes}, {dict(self.jobs)!r})"
+
+
 @dataclass(frozen=True)
 class Dispatch:
     """From emulated time ``at`` on, node n may run only the jobs in ``allowed[n]``.
@@ -162,13 +205,19 @@ class Dispatch:
     Sent ahead of ``at`` so every node switches on its own timer (docs/architecture.md, "Gang switches
     scheduled ahead"). Nodes absent from ``allowed`` keep what they had. ``slot`` identifies the matrix row
     (for skew statistics). ``rows`` are the matrix rows that share this quantum (two when paired gang pairs
-    them).
+    them). A policy that plans whole slots by job gives ``allowed`` as a :class:`SlotJobs` (:attr:`by_job`).
     """
 
     at: float
     slot: int
     allowed: Mapping[int, frozenset[str]]
     rows: tuple[int, ...] = ()
+
+    @property
+    def by_job(self) -> Mapping[str, Sequence[int]] | None:
+        """Each job the slot runs -> its nodes, every other node running nothing, where the policy gave the
+        plan by job (:class:`SlotJobs`); None where it gave it by node only."""
+        return self.allowed.jobs if isinstance(self.allowed, SlotJobs) else None
 
 
 @dataclass(frozen=True)

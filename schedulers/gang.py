@@ -29,6 +29,7 @@ from .base import (
     ProcExited,
     Reject,
     Scheduler,
+    SlotJobs,
     SlotStart,
     Start,
 )
@@ -82,6 +83,13 @@ class GangGlobal(GlobalPolicy):
         # matrix[row][col] = job id or None
         self.matrix: list[list[str | None]] = [[None] * nodes for _ in range(self.mpl)]
         self.row_used = [0] * self.mpl  # occupied cells per row: rows without room are skipped unread
+        # Each row's jobs -> their lowest column, and the row's jobs in that order while no cell of the row
+        # changes: a slot takes its row's jobs without a pass over the row's cells (10,000 a slot in
+        # benchmarks/sim_scale.py's scale run, where the slots outnumber the matrix's changes).
+        self.row_jobs: list[dict[str, int]] = [{} for _ in range(self.mpl)]
+        self.row_order: dict[int, list[str]] = {}
+        # Each row's slot plan (its jobs, then its alternates), kept until a cell of the matrix changes.
+        self.plans: dict[int, list[str]] = {}
         # Each row's free columns of up nodes, kept until a cell of the row or a node's state changes: the
         # queue's head is fitted again at every arrival and end, mostly against unchanged rows.
         self.free_cols: dict[int, list[int]] = {}
@@ -155,12 +163,21 @@ class GangGlobal(GlobalPolicy):
     # Matrix
 
     def _set(self, row: int, cols, job_id: str | None) -> None:
-        """Puts ``job_id`` (None: nothing) in ``cols`` of ``row``."""
+        """Puts ``job_id`` (None: nothing) in ``cols`` of ``row``: a job's cells of a row are set and cleared
+        together (its columns)."""
         cells = self.matrix[row]
         self.free_cols.pop(row, None)
+        self.row_order.pop(row, None)
+        self.plans.clear()
+        jobs = self.row_jobs[row]
         for c in cols:
-            self.row_used[row] += (job_id is not None) - (cells[c] is not None)
+            old = cells[c]
+            if old is not None:
+                jobs.pop(old, None)
+            self.row_used[row] += (job_id is not None) - (old is not None)
             cells[c] = job_id
+        if job_id is not None and cols:
+            jobs[job_id] = min(cols)
 
     def _free_cols(self, row: int) -> list[int]:
         """The row's free columns of up nodes, in order (not to be changed: it is kept in :attr:`free`)."""
@@ -208,17 +225,17 @@ class GangGlobal(GlobalPolicy):
         return actions
 
     def _row_jobs(self, row: int) -> list[str]:
-        """Jobs of a row, by lowest column."""
-        seen: dict[str, None] = {}
-        for cell in self.matrix[row]:
-            if cell is not None:
-                seen.setdefault(cell)
-        return list(seen)
+        """Jobs of a row, by lowest column (a list of the caller's own)."""
+        order = self.row_order.get(row)
+        if order is None:
+            jobs = self.row_jobs[row]
+            order = self.row_order[row] = sorted(jobs, key=jobs.__getitem__)
+        return list(order)
 
     def _next_row(self) -> int:
         for step in range(1, self.mpl + 1):
             r = (self.row + step) % self.mpl
-            if any(cell is not None for cell in self.matrix[r]):
+            if self.row_used[r]:
                 return r
         raise AssertionError("no placed job")  # callers check self.placed first
 
@@ -227,7 +244,9 @@ class GangGlobal(GlobalPolicy):
     ) -> list[str]:
         """Alternate scheduling: jobs of the other rows (in round-robin order from ``row``) whose columns
         are all idle with ``jobs`` running (and that ``accept`` takes, if given)."""
-        busy = {c for j in jobs for c in self.placed[j][1]}
+        busy: set[int] = set()
+        for j in jobs:
+            busy.update(self.placed[j][1])
         extra: list[str] = []
         for step in range(1, self.mpl):
             for j in self._row_jobs((row + step) % self.mpl):
@@ -238,35 +257,27 @@ class GangGlobal(GlobalPolicy):
         return extra
 
     def _plan_jobs(self, row: int) -> list[str]:
-        """The jobs the slot of ``row`` runs; ``self.row`` is still the previous slot's row."""
-        jobs = self._row_jobs(row)
-        if self.alternate:
-            jobs += self._alternates(row, jobs)
-        return jobs
+        """The jobs the slot of ``row`` runs; ``self.row`` is still the previous slot's row. The same while
+        the matrix is: a row's plan is kept until a cell of the matrix changes (:meth:`_set`)."""
+        plan = self.plans.get(row)
+        if plan is None:
+            plan = self._row_jobs(row)
+            if self.alternate:
+                plan += self._alternates(row, plan)
+            self.plans[row] = plan
+        return list(plan)
 
     def _dispatch(self, at: float) -> Dispatch:
         row = self._next_row()
         jobs = self._plan_jobs(row)
-        # One set per job, shared by its nodes, and one empty set for the idle ones: a Dispatch for 1,000
-        # nodes is built from as many sets as the slot runs jobs, not two per node.
-        empty: frozenset[str] = frozenset()
-        allowed: dict[int, frozenset[str]] = dict.fromkeys(range(self.nodes), empty)
-        for j in jobs:
-            one = frozenset((j,))
-            for c in self.placed[j][1]:
-                have = allowed[c]
-                allowed[c] = have | one if have else one
         self.row = row
         self.slot += 1
         self.last_at = at
         self.last_jobs = frozenset(jobs)
         self.next_at = at + self.quantum
-        return Dispatch(
-            at=at,
-            slot=self.slot,
-            allowed=allowed,
-            rows=self._slot_rows(row),
-        )
+        # By job: the slot's jobs and their columns, as many steps as it runs jobs, not one per node.
+        plan = SlotJobs(self.nodes, {j: self.placed[j][1] for j in jobs})
+        return Dispatch(at=at, slot=self.slot, allowed=plan, rows=self._slot_rows(row))
 
     def _slot_rows(self, row: int) -> tuple[int, ...]:
         """The matrix rows the slot just planned (by :meth:`_plan_jobs`) runs."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Protocol
@@ -44,8 +44,10 @@ class Backend(Protocol):
     def kill(self, job: Job, nodes: tuple[int, ...], reason: str) -> None:
         """Kill whatever is left of the job's processes on ``nodes`` (the live ones)."""
 
-    def dispatch(self, plan: Dispatch, nodes: Sequence[int]) -> None:
-        """Send the slot plan to ``nodes`` (those of ``plan.allowed`` that are up)."""
+    def dispatch(self, plan: Dispatch, down: Collection[int]) -> None:
+        """Send the slot plan to the nodes of ``plan.allowed`` but those in ``down`` (the nodes down now:
+        read at once, not kept). Not a list of the nodes it goes to: a plan given by job
+        (:attr:`Dispatch.by_job`) goes to every node, which a backend that switches by job never lists."""
 
     def policy_consulted(self) -> None:
         """The policy was just asked something: its next tick may have moved."""
@@ -381,17 +383,34 @@ class DecisionCore:
                 self._start_owned(now, rec, rec.job.spec.owner_node)
 
     def _dispatch(self, now: float, d: Dispatch) -> None:
-        bad = [n for n in d.allowed if not 0 <= n < self.nodes]
+        by_job = d.by_job
+        if by_job is None:
+            bad = [n for n in d.allowed if not 0 <= n < self.nodes]
+            unknown = sorted({j for jobs in d.allowed.values() for j in jobs if j not in self.jobs})
+        else:
+            bad, unknown = self._by_job_faults(by_job)
         if bad:
             raise PolicyError(
                 f"scheduler '{self.name}': Dispatch of slot {d.slot}: node(s) {bad} out of range "
                 f"(the cluster has nodes 0..{self.nodes - 1})"
             )
-        unknown = sorted({j for jobs in d.allowed.values() for j in jobs if j not in self.jobs})
         if unknown:
             raise PolicyError(f"scheduler '{self.name}': Dispatch of slot {d.slot}: no such job(s) {unknown}")
         self.emit(ev.SLOT_PLANNED, now, slot=d.slot, at=d.at, rows=list(d.rows))
-        self.backend.dispatch(d, [n for n in d.allowed if n not in self.down])
+        self.backend.dispatch(d, self.down.keys())
+
+    def _by_job_faults(self, by_job: Mapping[str, Sequence[int]]) -> tuple[list[int], list[str]]:
+        """A plan by job's nodes out of range and unknown jobs, in as many steps as it has jobs: a job's
+        nodes that are the very tuple its Start gave were checked then (GangGlobal hands over its own)."""
+        bad: set[int] = set()
+        unknown: list[str] = []
+        for job_id, nodes in by_job.items():
+            rec = self.jobs.get(job_id)
+            if rec is None:
+                unknown.append(job_id)
+            elif nodes is not rec.nodes:
+                bad.update(n for n in nodes if n not in self._node_numbers)
+        return sorted(bad), sorted(unknown)
 
     def _requeue(self, now: float, rec: JobRecord, reason: str) -> None:
         self._release(rec)

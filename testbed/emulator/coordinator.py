@@ -15,7 +15,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -318,9 +318,10 @@ class Coordinator:
         outside the policy's view) for a kind with a head process (ProgramKind.head)."""
         return (*nodes, self.nodes) if job.kind.head else tuple(nodes)
 
-    def dispatch(self, d: Dispatch, nodes) -> None:
+    def dispatch(self, d: Dispatch, down: Collection[int]) -> None:
+        nodes = [n for n in d.allowed if n not in down]  # each node hears of its own jobs (SwitchSlot)
         for o in self.observers:
-            o.dispatched(d.slot, list(nodes))
+            o.dispatched(d.slot, nodes)
         for node in nodes:
             self._send(node, SwitchSlot(d.at, d.slot, tuple(sorted(d.allowed[node]))))
 

@@ -43,7 +43,7 @@ import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -842,11 +842,11 @@ class Simulation:
         self._emit(node.src, ev.PROC_EXITED, self.now, job=p.proc.job_id, rank=p.rank, node=node.idx,
                    code=code, cpu_s=p.cpu_s * node.rate, reason=reason)  # fmt: skip
 
-    def dispatch(self, d: Dispatch, nodes: Sequence[int]) -> None:
+    def dispatch(self, d: Dispatch, down: Collection[int]) -> None:
         spread = self.skew / max(1, len(self.nodes) - 1)
         # One heap entry per distinct switch time, not per node: with no skew, one for the whole cluster.
         by_time: dict[float, list[tuple[_Node, frozenset[str]]]] = {}
-        for n in sorted(nodes):
+        for n in sorted(n for n in d.allowed if n not in down):
             # A deterministic spread: node 0 switches on time, the last node switch_skew_s late.
             effect = max(self.now, d.at + spread * n)
             by_time.setdefault(effect, []).append((self.nodes[n], frozenset(d.allowed[n])))

@@ -17,6 +17,7 @@ from testbed.schedulers.base import (
     Reject,
     Requeue,
     Scheduler,
+    SlotJobs,
     Start,
 )
 
@@ -122,6 +123,9 @@ def _reset():
         (Requeue("a", "x"), "Requeue of job a: the job is queued, not running"),
         (Dispatch(0.0, 0, {5: frozenset({"a"})}), "Dispatch of slot 0: node(s) [5] out of range"),
         (Dispatch(0.0, 0, {0: frozenset({"zz"})}), "Dispatch of slot 0: no such job(s) ['zz']"),
+        # A plan by job: its jobs' nodes (not the very tuples their Starts gave) and its jobs checked alike.
+        (Dispatch(0.0, 0, SlotJobs(2, {"a": (0, 5)})), "Dispatch of slot 0: node(s) [5] out of range"),
+        (Dispatch(0.0, 0, SlotJobs(2, {"a": (0,), "zz": (1,)})), "Dispatch of slot 0: no such job(s) ['zz']"),
         ("not an action", "returned 'not an action', not Start"),
     ],
 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from testbed.schedulers import registry
 from testbed.schedulers.base import (
@@ -131,6 +133,37 @@ def test_round_robin_skips_empty_rows_and_dispatch_covers_every_node():
         slots.append(d.slot)
     assert seen == [{"C"}, {"A"}, {"C"}, {"A"}]
     assert slots == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("alternate", [True, False])
+def test_a_slot_is_planned_by_job_as_a_scan_of_the_matrix_plans_it(alternate):
+    """A Dispatch gives the slot by job (each job it runs and its columns; SlotJobs): its jobs and their
+    order are those of a pass over the matrix's cells (each row's jobs by lowest column, then the
+    alternates), while the matrix changes under random arrivals and ends, and its node view is the
+    matrix's row with the alternates in its idle columns."""
+    rng = random.Random(5)
+    p = policy(12, mpl=3, alternate=alternate, packing=False)
+    running: list[str] = []
+    for i in range(300):
+        if running and rng.random() < 0.45:
+            p.finished(i * 0.01, running.pop(rng.randrange(len(running))))
+        else:
+            running += [
+                a.job_id for a in p.submit(i * 0.01, spec(f"j{i}", rng.randint(1, 7))) if isinstance(a, Start)
+            ]
+        if not p.placed:
+            continue
+        d = only_dispatch(p.tick(p.next_tick()))
+        row = d.rows[0]
+        scan = list(dict.fromkeys(cell for cell in p.matrix[row] if cell is not None))
+        busy = {c for j in scan for c in p.placed[j][1]}
+        for step in range(1, p.mpl if alternate else 1):
+            for j in dict.fromkeys(cell for cell in p.matrix[(row + step) % p.mpl] if cell is not None):
+                if busy.isdisjoint(p.placed[j][1]):
+                    scan.append(j)
+                    busy.update(p.placed[j][1])
+        assert list(d.by_job) == scan and all(d.by_job[j] is p.placed[j][1] for j in scan)
+        assert rows(d) == {n: {j for j in scan if n in p.placed[j][1]} for n in range(12)}
 
 
 def test_quantum_timing_is_regular():
