@@ -39,7 +39,8 @@ PROC_STARTED = "proc_started"  # job, rank, node, pid
 PROC_READY = "proc_ready"  # job, rank, node: the worker said HELLO to its NIC (start-up done)
 PROC_EXITED = "proc_exited"  # job, rank, node, code, cpu_s, reason
 # node, slot, at (planned, emulated), effect (emulated), late_ms, jobs (the jobs the slot lets the node run:
-# the report's Gantt chart draws its stops and continues from them)
+# the report's Gantt chart draws its stops and continues from them); or, of every node at once, switched
+# in place of node (SWITCHED_FIELD)
 SLOT_SWITCH = "slot_switch"
 PROC_CPU = "proc_cpu"  # node, job, rank, cpu_s (cumulative)
 QUANTUM_CPU = "quantum_cpu"  # node, samples: [[job, rank, utilisation, interval], ...] (paired gang)
@@ -69,6 +70,18 @@ RUN_ERROR = "run_error"  # error (one line), traceback: an exception that ended 
 #: run the same jobs: one line where there were hundreds, which writing and reading the log paid for
 #: (docs/measurements.md, "The simulator at trace scale").
 GROUPED = frozenset({PROC_STARTED, PROC_EXITED, PROGRESS, SLOT_SWITCH})
+
+#: A slot_switch with this field and neither ``node`` nor ``nodes`` is a switch of every node at once
+#: (source :data:`EVERY_NODE`): ``jobs`` holds every job the slot runs, each on the nodes of its latest
+#: job_started, and ``switched`` how many nodes logged it, those with a live rank (from its proc_started to
+#: its proc_exited) at that point of the log. It stands for one record of each such node n, with the
+#: record's other fields and as its ``jobs`` those of the record started on n (:class:`PerNode`). The
+#: simulator's switch by job logs so (docs/architecture.md, "Gang switches scheduled ahead"): one line of
+#: the slot's jobs where grouped records listed thousands of nodes at every quantum. Logs of the per-node
+#: forms read as before.
+SWITCHED_FIELD = "switched"
+#: The source of a switch of every node (:data:`SWITCHED_FIELD`).
+EVERY_NODE = "nodes"
 
 #: The reason a job is killed when the scenario's ``duration_s`` ends the run: the one kill that was planned.
 DURATION_REACHED = "scenario duration reached"
@@ -133,13 +146,57 @@ def per_node(e: dict) -> list[dict]:
     return [{**base, "src": f"node{n}", "rank": first + i, "node": n} for i, n in enumerate(nodes)]
 
 
-def per_node_all(events: Iterable[dict]) -> Iterator[dict]:
-    """``events`` with each grouped record replaced by the records it stands for (:func:`per_node`)."""
+class PerNode:
+    """Reads a log, in its order, as the records each of its records stands for: a grouped one's
+    (:func:`per_node`), and a switch of every node's (:data:`SWITCHED_FIELD`), for which it follows each
+    job's nodes and which of the ``nodes`` nodes (0..nodes-1; a job's head process runs beyond) have a live
+    rank."""
+
+    def __init__(self, nodes: int) -> None:
+        self.nodes = nodes
+        self.placed: dict[str, list[int]] = {}  # job -> its nodes (its latest job_started)
+        self.live: dict[int, int] = {}  # node -> its live ranks, while it has some
+
+    def __call__(self, e: dict) -> list[dict]:
+        kind = e["kind"]
+        if kind == SLOT_SWITCH and SWITCHED_FIELD in e:
+            return self._switch(e)
+        if kind == JOB_STARTED:
+            self.placed[e["job"]] = e["nodes"]
+        elif kind == PROC_STARTED or kind == PROC_EXITED:
+            step = 1 if kind == PROC_STARTED else -1
+            for n in e["nodes"] if "nodes" in e else (e.get("node"),):
+                if n is not None and n < self.nodes:
+                    left = self.live.get(n, 0) + step
+                    if left > 0:
+                        self.live[n] = left
+                    else:
+                        self.live.pop(n, None)
+        return per_node(e) if "nodes" in e and kind in GROUPED else [e]
+
+    def _switch(self, e: dict) -> list[dict]:
+        """The node records a switch of every node stands for: in the order the grouped form has them (by
+        the jobs each node runs, first those of the lowest node), each group's nodes in order."""
+        base = {k: v for k, v in e.items() if k != SWITCHED_FIELD}
+        here: dict[int, list[str]] = {}
+        for job in e["jobs"]:  # sorted: so is each node's share
+            for n in self.placed.get(job, ()):
+                if n in self.live:
+                    here.setdefault(n, []).append(job)
+        groups: dict[tuple[str, ...], list[int]] = {}
+        for n in sorted(self.live):
+            groups.setdefault(tuple(here.get(n, ())), []).append(n)
+        return [
+            {**base, "src": f"node{n}", "node": n, "jobs": list(g)} for g, ns in groups.items() for n in ns
+        ]
+
+
+def per_node_all(events: Iterable[dict], nodes: int) -> Iterator[dict]:
+    """``events`` (of a run of ``nodes`` nodes) with each record replaced by the records it stands for
+    (:class:`PerNode`)."""
+    read = PerNode(nodes)
     for e in events:
-        if "nodes" in e and e["kind"] in GROUPED:
-            yield from per_node(e)
-        else:
-            yield e
+        yield from read(e)
 
 
 class EventWriter:

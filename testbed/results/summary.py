@@ -236,7 +236,8 @@ class Tally:
                 self.local.add(e["job"])
         elif kind == ev.SLOT_SWITCH:
             if e.get("effect") is not None:
-                n = len(e["nodes"]) if "nodes" in e else 1  # a grouped record: its nodes' switches at once
+                # A grouped record: its nodes' switches at once; a switch of every node: those that logged it.
+                n = len(e["nodes"]) if "nodes" in e else e.get(ev.SWITCHED_FIELD, 1)
                 s = self.switches.get(e["slot"])
                 if s is None:
                     self.switches[e["slot"]] = [e["effect"], e["effect"], n]

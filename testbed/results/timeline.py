@@ -85,6 +85,7 @@ class _Builder:
 
     def __init__(self, nodes: int) -> None:
         self.tl = Timeline(nodes=nodes)
+        self.read = ev.PerNode(nodes)
         self.open: dict[int, dict[tuple[str, int], list]] = defaultdict(dict)  # node -> proc -> [t0, run]
         self.allowed: dict[int, frozenset[str]] = {}  # node -> jobs its latest slot allows
         self.node_slot: dict[int, int] = {}
@@ -99,14 +100,11 @@ class _Builder:
     def add(self, e: dict) -> None:
         kind, t = e["kind"], e["t"]
         self.tl.end = max(self.tl.end, t)
+        records = self.read(e)  # one record for several ranks or nodes: each of them
         handler = self._HANDLERS.get(kind)
-        if handler is None:
-            return
-        if "nodes" in e and kind in ev.GROUPED:  # one record for several ranks or nodes: each of them
-            for one in ev.per_node(e):
+        if handler is not None:
+            for one in records:
                 handler(self, one, t)
-        else:
-            handler(self, e, t)
 
     # ---- processes
     def _runs(self, node: int, job: str) -> bool:

@@ -44,6 +44,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -107,6 +108,8 @@ _PERIODIC = (_TICK, _SLOT, _TIMER)
 #: Changes of a job on the fast path looked ahead at most from one of its heap events to the next: a long
 #: job with no Progress costs one event per this many, not a look-ahead over all its steps at every start.
 PROJECTION_STEPS = 64
+_IDX = attrgetter("idx")  # a node's number
+_ORDER = attrgetter("order")  # where a switch by job takes a piece (_Fluid.order)
 
 
 class _FastPath(enum.Enum):
@@ -242,7 +245,7 @@ class _Fluid:
     none per rank, step, barrier or message."""
 
     __slots__ = ("job", "nodes", "ids", "rate", "plan", "delay", "lanes", "running", "ver", "gone",
-                 "ends_at_switch", "told", "ahead")  # fmt: skip
+                 "ends_at_switch", "told", "ahead", "order")  # fmt: skip
 
     def __init__(
         self,
@@ -272,6 +275,9 @@ class _Fluid:
         # The last projection (:meth:`next_shown`): its lanes and the time it reached; None once the lanes
         # have changed since.
         self.ahead: tuple[list[_Lane], float] | None = None
+        # Where a switch by job takes it (Simulation._switch_by_job): its lowest node with a live rank, and
+        # its start's number (set there).
+        self.order = (0, 0)
 
     def lane_of(self, rank: int) -> _Lane:
         return self.lanes[min(rank, len(self.lanes) - 1)]
@@ -432,7 +438,7 @@ class _Placed:
 class _Node:
     __slots__ = ("idx", "policy", "rate", "msg_events", "procs", "queue", "last", "active", "shares", "ver",
                  "due", "finishing", "timer_ver", "src", "lazy_slots", "pending_slot", "fluid",
-                 "slot_allowed", "memory", "paging")  # fmt: skip
+                 "slot_allowed", "memory", "paging", "heard")  # fmt: skip
 
     def __init__(self, idx: int, policy: LocalPolicy, rate: float, memory: float | None = None) -> None:
         self.idx = idx
@@ -457,6 +463,11 @@ class _Node:
         self.pending_slot: SlotStart | None = None
         self.fluid: dict[str, _Fluid] = {}  # jobs on the fast path with a live rank here
         self.slot_allowed: frozenset[str] = frozenset()  # the jobs the latest slot lets run here
+        self.heard = 0  # switches by job its policy heard of (Simulation._switch_by_job)
+
+
+#: A switch by node: each of the nodes whose switch comes at one instant, with the jobs it may run.
+_Switches = list[tuple[_Node, frozenset[str]]]
 
 
 def _check_args(
@@ -534,9 +545,10 @@ class Simulation:
         self.never_started: str | None = None
         self.events: list[dict] = []
         # A sink (the log file) takes the ranks of a lane and the nodes of a switch as grouped records
-        # (testbed/core/events.py, GROUPED); kept, each is kept as the records it stands for (what a test
-        # reads rank by rank).
+        # (testbed/core/events.py, GROUPED), and a switch by job as one record of every node; kept, each is
+        # kept as the records it stands for (what a test reads rank by rank and node by node).
         self._sink = sink if sink is not None else self._keep
+        self._per_node = ev.PerNode(nodes)
         self.coord = "coordinator"
         if node_info is None:
             node_info = (NodeInfo(self.cpu_rate, node_memory_mb),) * nodes
@@ -607,6 +619,14 @@ class Simulation:
         # run with neither keeps none (a job of 677 ranks, two dict changes a rank, 100,000 times).
         self._node_fluid = self._fast is _FastPath.BY_SLOT or bool(faults)
         self._one_rate = all(node.rate == self.nodes[0].rate for node in self.nodes)
+        # Strict gang with no node faults switches by job (:meth:`_switch_by_job`). A fault switches node by
+        # node: a node down when a slot is planned keeps what it had, and a job started again elsewhere
+        # would be allowed only where the plan placed it.
+        self._by_job = self._fast is _FastPath.BY_SLOT and not faults
+        self._slot_jobs: frozenset[str] = frozenset()  # the jobs the latest switch by job runs
+        self._slot_start: SlotStart | None = None  # its SlotStart, for a node's policy to hear of
+        self._switched = 0  # switches by job so far (a node's policy heard of _Node.heard of them)
+        self._launched = 0  # pieces started so far: the second of _Fluid.order
 
     def _init_state(self) -> None:
         """The run's moving parts, empty: the clock, the heap, and what the steps between events share."""
@@ -616,6 +636,7 @@ class Simulation:
         self._heap: list[tuple] = []
         self._seq = 0
         self._nonperiodic = 0  # non-periodic events in the heap
+        self._busy = 0  # nodes of the cluster with a live rank (a process, or a piece's rank)
         self._dirty: dict[int, _Node] = {}
         self._pending_nodes: dict[int, _Node] = {}  # nodes with local events to feed
         # (job, ranks) that ended by themselves, for the core: one rank of a process, a lane's of a piece
@@ -663,10 +684,7 @@ class Simulation:
     # Event log
 
     def _keep(self, record: dict) -> None:
-        if "nodes" in record and record["kind"] in ev.GROUPED:
-            self.events.extend(ev.per_node(record))
-        else:
-            self.events.append(record)
+        self.events.extend(self._per_node(record))
 
     def _emit(self, src: str, kind: str, t: float, **fields: Any) -> None:
         t = round(t, 9)
@@ -809,6 +827,7 @@ class Simulation:
             r.procs.append(p)
             self._touch(node)
             p.q_t0 = self.now
+            self._busy += not node.procs and not node.fluid and node is not self.head
             node.procs[p.proc] = p
             self._emit(node.src, ev.PROC_STARTED, self.now, job=job.job_id, rank=rank, node=n, pid=None)
             self._feed(node, ProcAdded(p.proc, job.spec, local=job.spec.owner_node is not None))
@@ -837,23 +856,35 @@ class Simulation:
         p.done = True
         p.allowed = False
         del node.procs[p.proc]
+        self._busy -= not node.procs and not node.fluid and node is not self.head
         # cpu_s as the kernel counts it on real processes: CPU seconds at rate 1.0 (the node's CPU held
         # for p.cpu_s emulated seconds, at its rate), so results divide by each node's rate alike.
         self._emit(node.src, ev.PROC_EXITED, self.now, job=p.proc.job_id, rank=p.rank, node=node.idx,
                    code=code, cpu_s=p.cpu_s * node.rate, reason=reason)  # fmt: skip
 
     def dispatch(self, d: Dispatch, down: Collection[int]) -> None:
+        if self._by_job:
+            jobs = d.by_job
+            assert jobs is not None, "GangGlobal plans its slots by job (SlotJobs)"
+            self._push_switch(max(self.now, d.at), jobs, d)  # with no skew every node at once
+            return
         spread = self.skew / max(1, len(self.nodes) - 1)
         # One heap entry per distinct switch time, not per node: with no skew, one for the whole cluster.
-        by_time: dict[float, list[tuple[_Node, frozenset[str]]]] = {}
+        by_time: dict[float, _Switches] = {}
         for n in sorted(n for n in d.allowed if n not in down):
             # A deterministic spread: node 0 switches on time, the last node switch_skew_s late.
             effect = max(self.now, d.at + spread * n)
             by_time.setdefault(effect, []).append((self.nodes[n], frozenset(d.allowed[n])))
         for effect, switches in by_time.items():
-            self._push(effect, _SLOT, switches, d.slot, d.at)
-            if self._fast is _FastPath.BY_SLOT:
-                self._slots_pushed.setdefault(effect, deque()).append(self.now)
+            self._push_switch(effect, switches, d)
+
+    def _push_switch(
+        self, effect: float, switch: _Switches | Mapping[str, Sequence[int]], d: Dispatch
+    ) -> None:
+        """Plans ``d``'s ``switch`` at ``effect``: by node, or by job (the plan's jobs and their nodes)."""
+        self._push(effect, _SLOT, switch, d.slot, d.at)
+        if self._fast is _FastPath.BY_SLOT:
+            self._slots_pushed.setdefault(effect, deque()).append(self.now)
 
     # ----------------------------------------------------------------------------------------------------
     # The job-level fast path (:class:`_Fluid`)
@@ -874,9 +905,12 @@ class Simulation:
         if plan is None:
             return False
         running = True
-        if self._fast is _FastPath.BY_SLOT:
-            # GangLocal runs a new process iff the latest slot allowed its job on its node; one answer
-            # for every node of the job, or the ranks would drift apart.
+        if self._by_job:
+            # GangLocal runs a new process iff the latest slot allowed its job on its node: by job, on all
+            # of the job's nodes or none (a job the plan placed is where the plan placed it).
+            running = job.job_id in self._slot_jobs
+        elif self._fast is _FastPath.BY_SLOT:
+            # One answer for every node of the job, or the ranks would drift apart.
             running = job.job_id in placed[0].slot_allowed
             if any((job.job_id in node.slot_allowed) != running for node in placed):
                 return False
@@ -884,8 +918,14 @@ class Simulation:
         f = _Fluid(job, placed, plan, self._delay(0), self.now, ends_at_switch, nodes)
         self.fluid[job_id] = f
         if self._node_fluid:
+            idle = 0
             for node in placed:
+                idle += not node.fluid and not node.procs
                 node.fluid[job_id] = f
+            self._busy += idle
+        if self._by_job:
+            f.order = (min(nodes), self._launched)
+            self._launched += 1
         self._emit_ranks(f, range(len(placed)), ev.PROC_STARTED, pid=None)
         self._fluid_set(f, running)
         return True
@@ -1013,8 +1053,15 @@ class Simulation:
         elif ranks:  # (none left to add once all have gone: a lane of no ranks ends with the others)
             f.gone.update(ranks)
         if self._node_fluid:
+            idle = 0
             for rank in ranks:
-                del f.nodes[rank].fluid[job_id]
+                node = f.nodes[rank]
+                del node.fluid[job_id]
+                idle += not node.fluid and not node.procs
+            self._busy -= idle
+        if self._by_job and len(f.gone) < len(f.nodes) and any(f.ids[r] == f.order[0] for r in ranks):
+            # Its lowest node's rank went (rank 0's lane ends first): its lowest node with a live rank now.
+            f.order = (min(n for r, n in enumerate(f.ids) if r not in f.gone), f.order[1])
         if ranks:
             cpu_s = f.lane_of(ranks[0]).cpu * f.rate
             self._emit_ranks(f, ranks, ev.PROC_EXITED, code=code, cpu_s=cpu_s, reason=reason)
@@ -1169,9 +1216,9 @@ class Simulation:
         until neither produces anything new. Events go first so that a process the policy stops on
         arrival (ProcAdded) or on a message takes no step it was not allowed."""
         queue = node.queue
-        if node.pending_slot is not None:
-            queue.appendleft(node.pending_slot)  # it came before anything queued since
-            node.pending_slot = None
+        pending = self._unheard_slot(node)
+        if pending is not None:
+            queue.appendleft(pending)  # it came before anything queued since
         while True:
             while queue:
                 self._apply_local(node, node.policy.on_event(self.now, queue.popleft()))
@@ -1217,15 +1264,24 @@ class Simulation:
         if ver == node.timer_ver:
             self._feed(node, Timer())
 
-    def _on_slot(self, switches: list[tuple[_Node, frozenset[str]]], slot: int, at: float) -> None:
+    def _on_slot(self, switch: _Switches | Mapping[str, Sequence[int]], slot: int, at: float) -> None:
         late_ms = (self.now - at) * 1000.0
-        by_slot = self._fast is _FastPath.BY_SLOT
         pushed = -math.inf
-        if by_slot:
+        if self._fast is _FastPath.BY_SLOT:
             queue = self._slots_pushed[self.now]
             pushed = queue.popleft()
             if not queue:
                 del self._slots_pushed[self.now]
+        if self._by_job:
+            self._switch_by_job(switch, slot, at, late_ms, pushed)
+        else:
+            self._switch_by_node(switch, slot, at, late_ms, pushed)
+
+    def _switch_by_node(
+        self, switches: _Switches, slot: int, at: float, late_ms: float, pushed: float
+    ) -> None:
+        """Each of ``switches``' nodes switches to its jobs (a Dispatch's nodes whose switch comes now)."""
+        by_slot = self._fast is _FastPath.BY_SLOT
         fluid: dict[str, tuple[_Fluid, bool]] = {}
         # The nodes that log this switch, by the jobs it lets them run: one record for each such set
         # (testbed/core/events.py, GROUPED), not one per node (one slot of 1,000 nodes, 1,000 lines). Where
@@ -1277,6 +1333,45 @@ class Simulation:
             )
         for f, running in fluid.values():
             self._fluid_set(f, running, pushed)
+
+    def _switch_by_job(
+        self, jobs: Mapping[str, Sequence[int]], slot: int, at: float, late_ms: float, pushed: float
+    ) -> None:
+        """Every node switches to ``jobs`` (each on its nodes, every other node idle; docs/architecture.md,
+        "Gang switches scheduled ahead") in as many steps as the pieces it starts, stops or keeps running
+        and the nodes with processes run rank by rank, none for the others: the same as node by node."""
+        run = frozenset(jobs)
+        ran, self._slot_jobs = self._slot_jobs, run
+        # Every node's policy hears of the slot's jobs, each node's among them: GangLocal runs a process
+        # iff its job is one of them, and a job of the plan is on its node iff the plan placed it there.
+        start = self._slot_start = SlotStart(slot, run)
+        self._switched += 1
+        if self._busy:  # the nodes with a live rank log it, as node by node (testbed/core/events.py)
+            self._emit(ev.EVERY_NODE, ev.SLOT_SWITCH, self.now, slot=slot, at=at, effect=self.now,
+                       late_ms=late_ms, jobs=sorted(run), **{ev.SWITCHED_FIELD: self._busy})  # fmt: skip
+        # A node with processes hears of it now, the others when something next happens there (in node
+        # order, as node by node).
+        for node in sorted({p.node for r in self.runs.values() for p in r.procs if not p.done}, key=_IDX):
+            if node is not self.head:
+                node.heard = self._switched
+                self._feed(node, start)
+        # Each piece that starts, stops or keeps running, in the order node by node takes them (its lowest
+        # node with a live rank, then its start): who goes first decides ties among their next events.
+        pieces = [f for j in (*run, *(ran - run)) if (f := self.fluid.get(j)) is not None]
+        pieces.sort(key=_ORDER)
+        for f in pieces:
+            self._fluid_set(f, f.job.job_id in run, pushed)
+
+    def _unheard_slot(self, node: _Node) -> SlotStart | None:
+        """The latest slot's start, if ``node``'s policy has not heard of it (the node had nothing to
+        switch then: it hears of it when something next happens there), now taken."""
+        if self._by_job:
+            if node.heard == self._switched:
+                return None
+            node.heard = self._switched
+            return self._slot_start
+        pending, node.pending_slot = node.pending_slot, None
+        return pending
 
     def _report_utilization(self, node: _Node) -> None:
         """The quantum ends on ``node``: each process that ran in it reports its CPU share over it."""

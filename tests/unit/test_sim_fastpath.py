@@ -219,18 +219,21 @@ def test_lockstep_jobs_under_gang(quantum_ms):
     "sched,params", [(Batch, {"backfill": True}), (Gang, {"mpl": 3, "quantum_ms": 900.0})]
 )
 def test_grouped_records_stand_for_each_ranks(sched, params):
-    """A log written through a sink (the runner's file) has one record for a lane's ranks and one for the
-    nodes a switch lets run the same jobs (testbed/core/events.py, GROUPED): read back as the records they
-    stand for, they are the log kept rank by rank, and the results, the timeline and the monitoring
-    observer read them alike."""
+    """A log written through a sink (the runner's file) has one record for a lane's ranks (testbed/core/
+    events.py, GROUPED) and, under gang, one for every node a switch by job reaches (SWITCHED_FIELD): read
+    back as the records they stand for, they are the log kept rank by rank and node by node, and the
+    results (the switches' count of nodes included) and the timeline read them alike."""
     jobs = workload(40, 8, seed=7, barrier_every=1)
     kept = Simulation(jobs, sched, params, nodes=8)
     kept.run()
     grouped: list[dict] = []
     Simulation(jobs, sched, params, nodes=8, sink=grouped.append).run()
     assert any("nodes" in e and e["kind"] in ev.GROUPED for e in grouped)
+    switches = [e for e in grouped if e["kind"] == ev.SLOT_SWITCH]
+    assert len(switches) > 10 if sched is Gang else not switches
+    assert all(ev.SWITCHED_FIELD in e and "node" not in e and "nodes" not in e for e in switches)
     assert len(grouped) < len(kept.events) * 0.75, (len(grouped), len(kept.events))  # jobs of 1-8 ranks
-    assert list(ev.per_node_all(grouped)) == kept.events
+    assert list(ev.per_node_all(grouped, 8)) == kept.events
     assert job_rows(grouped) == job_rows(kept.events)
     a, b = tally(grouped), tally(kept.events)
     per_node = [[t.node_cpu(n) for n in range(8)] for t in (a, b)]
