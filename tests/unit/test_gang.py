@@ -139,18 +139,33 @@ def test_round_robin_skips_empty_rows_and_dispatch_covers_every_node():
 def test_a_slot_is_planned_by_job_as_a_scan_of_the_matrix_plans_it(alternate):
     """A Dispatch gives the slot by job (each job it runs and its columns; SlotJobs): its jobs and their
     order are those of a pass over the matrix's cells (each row's jobs by lowest column, then the
-    alternates), while the matrix changes under random arrivals and ends, and its node view is the
-    matrix's row with the alternates in its idle columns."""
+    alternates), and each row's free columns those of a pass over its cells, while the matrix changes under
+    random arrivals, ends and nodes going down and up; its node view is the matrix's row with the
+    alternates in its idle columns."""
     rng = random.Random(5)
     p = policy(12, mpl=3, alternate=alternate, packing=False)
-    running: list[str] = []
-    for i in range(300):
-        if running and rng.random() < 0.45:
-            p.finished(i * 0.01, running.pop(rng.randrange(len(running))))
+    running: list[str] = []  # the jobs started (by any call) and not ended
+
+    def started(actions) -> None:
+        running.extend(a.job_id for a in actions if isinstance(a, Start))
+
+    for i in range(400):
+        now, roll = i * 0.01, rng.random()
+        if roll < 0.05:
+            node = rng.randrange(12)
+            started(p.node_down(now, node))  # its jobs then end, as the core ends them
+            for j in [j for j in running if node in p.placed[j][1]]:
+                running.remove(j)
+                started(p.finished(now, j))
+        elif roll < 0.15 and p.down:
+            started(p.node_up(now, rng.choice(sorted(p.down))))
+        elif running and roll < 0.55:
+            started(p.finished(now, running.pop(rng.randrange(len(running)))))
         else:
-            running += [
-                a.job_id for a in p.submit(i * 0.01, spec(f"j{i}", rng.randint(1, 7))) if isinstance(a, Start)
-            ]
+            started(p.submit(now, spec(f"j{i}", rng.randint(1, 7))))
+        for r in range(p.mpl):
+            scan = [c for c, cell in enumerate(p.matrix[r]) if cell is None and c not in p.down]
+            assert p._free_cols(r) == scan
         if not p.placed:
             continue
         d = only_dispatch(p.tick(p.next_tick()))
