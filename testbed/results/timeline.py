@@ -3,7 +3,8 @@ truth"): each process's running and stopped spans per node, the gang matrix's ro
 cluster's utilisation and power. The report (testbed/results/report.py) draws them.
 
 A process runs while its node lets it: under a gang policy, from the slot switch whose ``jobs`` hold its
-job to the next switch that does not (each node logs its own switches, so the skew between nodes shows);
+job to the next switch that does not (each node logs its own switches, so the skew between nodes shows; the
+simulator's switch of every node is read as its nodes' records, testbed/core/events.py ``PerNode``);
 under any other local policy it is drawn running from its start to its exit (their decisions are not
 logged).
 """
