@@ -207,25 +207,29 @@ class Comm:
         self._inbox: list[tuple[int, int, bytes]] = []  # standing receive: pushed, not yet asked for
         self._acks = 0  # standing receive: consumed, not yet acknowledged to the own NIC
         self._error: str | None = None  # standing receive: the NIC said the job failed
-        job_b = job.encode()
-        # One socket per distinct NIC, opened now so that a worker that dies later shows up as an EOF at
-        # every NIC of its job (which then fails the job's waiting receivers instead of leaving them hung).
-        self._local = _connect(node_nic, connect_timeout_s)
-        self._socks: dict[str, socket.socket] = {node_nic: self._local}
+        self._open_links(key, node, connect_timeout_s)
+
+    def _open_links(self, key: str | None, node: int | None, timeout_s: float) -> None:
+        """Opens one socket per distinct NIC, says HELLO to the own NIC and PEER to the others, and waits for
+        the own NIC's GO. All of them now, so that a worker that dies later shows up as an EOF at every NIC
+        of its job (which then fails the job's waiting receivers instead of leaving them hung)."""
+        job_b = self.job.encode()
+        self._local = _connect(self.node_nic, timeout_s)
+        self._socks: dict[str, socket.socket] = {self.node_nic: self._local}
         hello = with_key(key, job_b)
-        self._local.sendall(HEADER.pack(len(hello), HELLO, 0, 0, rank, os.getpid(), 0) + hello)
-        peer_body = with_key(key, job_b + b"\n" + node_nic.encode())
+        self._local.sendall(HEADER.pack(len(hello), HELLO, 0, 0, self.rank, os.getpid(), 0) + hello)
+        peer_body = with_key(key, job_b + b"\n" + self.node_nic.encode())
         for addr in self.nics:
             if addr not in self._socks:
-                sock = _connect(addr, connect_timeout_s)
+                sock = _connect(addr, timeout_s)
                 # The node travels so that a NIC can say where a peer that died was.
                 node_id = node + 1 if node is not None else 0
-                sock.sendall(HEADER.pack(len(peer_body), PEER, 0, 0, rank, node_id, 0) + peer_body)
+                sock.sendall(HEADER.pack(len(peer_body), PEER, 0, 0, self.rank, node_id, 0) + peer_body)
                 self._socks[addr] = sock
         self._by_rank = [self._socks[addr] for addr in self.nics]
         ftype, *_, gmode = self._read_frame(self._local)
         if ftype != GO:
-            raise CommError(f"expected GO from NIC {node_nic}, got frame type {ftype}")
+            raise CommError(f"expected GO from NIC {self.node_nic}, got frame type {ftype}")
         self._standing = gmode == 1
 
     @classmethod
