@@ -116,6 +116,12 @@ def _parse(path: str, mtime_ns: int, nbytes: int) -> dict:
     return json.loads(Path(path).read_text())
 
 
+def compute_s(ops: list[list]) -> float:
+    """A rank's compute in its trace: the CPU of its ``["c", cpu_s]`` operations (what a real rank reports
+    as ``compute_s``, apps/mpi_wrap.py ComputeClock)."""
+    return sum(op[1] for op in ops if op[0] == "c")
+
+
 def record(program: str, args: tuple[str, ...], size: int, timeout: float = RECORD_TIMEOUT_S) -> list[list]:
     from testbed.apps.mpi_pmi import PmiFailure, PmiServer
 

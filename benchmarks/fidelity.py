@@ -331,12 +331,13 @@ def at_speed(base: Path, name: str, doc: dict, host_speed_s: float, real_t: dict
 
 def compute_ratios(events: list[dict], kernel: str, npb_class: str, size: int, counted: list) -> list[float]:
     """Each counted job's busiest rank's compute (its ranks' ``compute_s`` reports) over the model's."""
+    from testbed.apps.mpi_trace import compute_s
     from testbed.apps.nas.kind import measured
     from testbed.apps.reports import COMPUTE_UNIT
 
     from testbed.core import events as ev
 
-    model = max(sum(op[1] for op in ops if op[0] == "c") for ops in measured(kernel, npb_class, size))
+    model = max(map(compute_s, measured(kernel, npb_class, size)))
     busiest: dict[str, float] = {}
     for e in events:
         if e["kind"] == ev.PROGRESS and e.get("unit") == COMPUTE_UNIT:

@@ -42,7 +42,7 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from testbed.apps.mpi_trace import RECORDER_VERSION, record
+from testbed.apps.mpi_trace import RECORDER_VERSION, compute_s, record
 from testbed.apps.nas.kind import KERNELS, MODELS, NasConfig, kernel_sha256, measured, model_path
 from testbed.apps.profiles import PROFILES
 from testbed.apps.speed import around, speed_s, stamp, stamp_of
@@ -59,7 +59,7 @@ COLUMNS = (
 
 
 def summarise(ranks: list[list]) -> dict:
-    cpu = [sum(op[1] for op in ops if op[0] == "c") for ops in ranks]
+    cpu = [compute_s(ops) for ops in ranks]
     msgs = [sum(1 for op in ops if op[0] == "s") for ops in ranks]
     nbytes = [sum(op[2] for op in ops if op[0] == "s") for ops in ranks]
     colls = [sum(1 for op in ops if op[0] == "k") for ops in ranks]

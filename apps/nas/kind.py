@@ -26,7 +26,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 from testbed.apps.base import JobPlan, MessagingConfig, Shape
 from testbed.apps.mpi import Mpi
-from testbed.apps.mpi_trace import RECORDER_VERSION
+from testbed.apps.mpi_trace import RECORDER_VERSION, compute_s
 from testbed.apps.speed import stamp_of
 
 HERE = Path(__file__).parent
@@ -156,7 +156,7 @@ class Nas(Mpi):
         ranks = measured(cfg.kernel, cfg.npb_class, size)
         if ranks is None:
             return 60.0
-        return max(sum(op[1] for op in ops if op[0] == "c") for ops in ranks) / cpu_rate
+        return max(map(compute_s, ranks)) / cpu_rate
 
     @classmethod
     def plan(
