@@ -16,6 +16,7 @@ import sys
 import time
 import traceback
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,18 +38,25 @@ from testbed.schedulers.base import Dispatch, NodeInfo
 if TYPE_CHECKING:
     from testbed.results.dedicated import Dedicated
 
-#: How long a rank's failure caused by a vanished peer waits for the failure that caused it (real s).
-SUSPECT_GRACE_REAL_S = 2.0
-#: Once every node of that job answered a ping, how long the cause's own report gets to arrive (real s).
-#: An answered ping does not mean the cause was reported: its agent may not have reaped the process yet.
-#: At 0.1 s the full suite's run (2-core host, 2026-11-27) once named the PMI head's "rank 0's process
-#: ended before MPI_Finalize" instead of rank 0's own NPB verification error (tests/e2e/test_nas.py);
-#: alone it passed 4 of 4. The precise fix is for the consequence to name the rank it waits for.
-SUSPECT_SETTLE_REAL_S = 0.5
+#: How long a rank's failure caused by a vanished peer waits for the failure that caused it (real s), when
+#: some other rank of its job has not ended by then (it may wait on the vanished peer for ever). Every
+#: other rank's end, or its node's, ends the wait at once: the cause is one of them. A fixed wait after
+#: the job's nodes answered a ping (0.5 s) once named the PMI head's "rank 0's process ended before
+#: MPI_Finalize" instead of rank 0's own refusal on CI's 2-core machine (tests/e2e/test_mpi.py).
+SUSPECT_GRACE_REAL_S = 5.0
 
 # Dead nodes also surface on every call the coordinator makes (dispatches, starts); the ping only covers
 # quiet periods, and each costs a Ray call on both sides: keep it rare.
 HEALTH_PERIOD_REAL_S = 3.0
+
+
+@dataclass
+class _Suspect:
+    """A job's failure that a vanished peer caused, waiting for the report of what made it vanish."""
+
+    starts: int  # the job's start it belongs to
+    reason: str  # the consequence's reason, named if no cause shows
+    running: set[int]  # the job's other ranks whose end has not been reported
 
 
 class Coordinator:
@@ -92,7 +100,7 @@ class Coordinator:
         self._stops: list[cf.Future] = []
         self._control0: tuple[float, float] | None = None
         self._dead: set[int] = set()
-        self._suspects: dict[str, tuple[int, str]] = {}  # job -> (its start, a secondary failure reason)
+        self._suspects: dict[str, _Suspect] = {}
         self.core = DecisionCore(jobs, self.policy, scheduler, nodes, self, self._emit, on_node_down)
         self._init_observers(monitoring, jobs)
         sys.setswitchinterval(0.0005)  # the planning timer must get the GIL promptly (see agent.py)
@@ -203,6 +211,7 @@ class Coordinator:
     def _proc_exited(self, msg: ProcExit) -> None:
         if msg.code == 0:
             self.core.rank_exited(self._now(), msg.job, msg.rank, True, attempt=msg.attempt)
+            self._ended_under_suspect(msg)
             return
         rec = self.core.jobs.get(msg.job)
         if rec is None or rec.state != JobState.RUNNING or msg.attempt != rec.starts:
@@ -212,32 +221,36 @@ class Coordinator:
             self._suspects.pop(msg.job, None)
             self.core.fail(self._now(), msg.job, reason)
             return
-        # This rank failed because a peer went away: the cause is another rank's failure, on its way
-        # here, or a node that died (its own report never comes). Ask the job's nodes whether they are
-        # alive and name the cause found, or this reason if none shows within the grace.
         if msg.job in self._suspects:
+            self._ended_under_suspect(msg)
             return
-        self._suspects[msg.job] = (rec.starts, reason)
-        live = [n for n in dict.fromkeys(rec.nodes) if n not in self.core.down]
-        pings = [self._send(n, Ping()) for n in live]
-        for f in pings:
-            f.add_done_callback(lambda f, job=msg.job, fs=pings: self._pinged(job, fs))
-        self.lt.loop.call_later(SUSPECT_GRACE_REAL_S, self._fail_suspect, msg.job)
+        # This rank failed because a peer went away: the cause is another rank's failure, on its way
+        # here, or a node that died (its own report never comes; the pings make it show). Wait for the
+        # job's other ranks to end, and name this reason if none of them was the cause.
+        others = set(range(rec.job.processes_on(len(rec.nodes)))) - rec.ranks_ok - {msg.rank}
+        self._suspects[msg.job] = _Suspect(rec.starts, reason, others)
+        for n in dict.fromkeys(rec.nodes):
+            if n not in self.core.down:
+                self._send(n, Ping())
+        self.lt.loop.call_later(SUSPECT_GRACE_REAL_S, self._fail_suspect, msg.job, rec.starts)
+        self._ended_under_suspect(msg)
 
-    def _pinged(self, job_id: str, pings: list[cf.Future]) -> None:
-        """A ping came back (any thread)."""
-        if all(f.done() for f in pings):
-            # Every node answered (a dead one has been marked down by now): the cause, if another rank's
-            # failure, is already queued behind this callback.
-            self.lt.loop.call_soon_threadsafe(
-                lambda: self.lt.loop.call_later(SUSPECT_SETTLE_REAL_S, self._fail_suspect, job_id)
-            )
+    def _ended_under_suspect(self, msg: ProcExit) -> None:
+        """A rank of a job whose failure waits for its cause ended, not as that cause."""
+        suspect = self._suspects.get(msg.job)
+        if suspect is not None and suspect.starts == msg.attempt:
+            suspect.running.discard(msg.rank)
+            if not suspect.running:
+                self._fail_suspect(msg.job, msg.attempt)
 
-    def _fail_suspect(self, job_id: str) -> None:
-        starts, reason = self._suspects.pop(job_id, (None, None))
+    def _fail_suspect(self, job_id: str, starts: int) -> None:
+        suspect = self._suspects.get(job_id)
+        if suspect is None or suspect.starts != starts:
+            return
+        del self._suspects[job_id]
         rec = self.core.jobs.get(job_id)
-        if reason is not None and rec is not None and rec.starts == starts:
-            self.core.fail(self._now(), job_id, reason)  # no-op unless it still runs
+        if rec is not None and rec.starts == starts:
+            self.core.fail(self._now(), job_id, suspect.reason)  # no-op unless it still runs
 
     def _fault(self, node: int, what: FaultKind) -> None:
         """A scripted fault: the node's agent kills its processes and refuses new ones while down."""
