@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -118,10 +119,18 @@ class SpinGuard:
             return 0.0
         try:
             periods, used = self._read()
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
             # The node's cgroup files unreadable (another envelope's layout, a node being torn down):
-            # spin as unguarded rather than fail the rank for what only shapes its timing.
+            # spin as unguarded rather than fail the rank for what only shapes its timing, and say so
+            # once, in the rank's log, since its spins now poll its node into throttling.
             self._off = True
+            print(
+                f"spin guard off: its node's cgroup files ({self.spec.stat_path}) could not be read "
+                f"({type(exc).__name__}: {' '.join(str(exc).split())}); this process's spinning waits "
+                "poll its node's whole quota from now on (cluster.spin_reserve_us has no effect)",
+                file=sys.stderr,
+                flush=True,
+            )
             return 0.0
         if periods != self._periods:
             self._seen_start(now, now - self._last)
