@@ -472,10 +472,8 @@ class RayBackend:
         # come out of the nodes while they are measured.
         from testbed.results.dedicated import Dedicated
 
-        # The parallel slowdown's gauge, where results have it: runs with local users, or every run when
-        # the scenario asks (results.parallel_slowdown: always).
-        sessions = any(j.spec.owner_node is not None for j in self.jobs)
-        sessions = sessions or scn.results.parallel_slowdown == "always"
+        # The parallel slowdown's gauge, where results have it.
+        sessions = scn.results.parallel_slowdown_in(any(j.spec.owner_node is not None for j in self.jobs))
         self.coordinator = Coord.remote(
             str(self.run_dir),
             c.nodes,

@@ -153,7 +153,7 @@ def facts_of(scn, backend: str, tdf: float, envelope: str) -> RunFacts:
         backend=backend,
         scheduler=scn.scheduler.name,
         node_rates=() if c.groups is None else tuple(i.rate for i in c.node_info()),
-        parallel_slowdown_always=scn.results.parallel_slowdown == "always",
+        parallel_slowdown_always=scn.results.parallel_slowdown_in(local_users=False),
     )
 
 
@@ -473,13 +473,17 @@ class Tally:
             out[f"local_slowdown_max.{c}"] = max(v)
         return out
 
+    def has_parallel_slowdown(self, dedicated: Dedicated | None, always: bool) -> bool:
+        """Whether the run's results have the parallel slowdown (the column and its figures)."""
+        return dedicated is not None and (bool(self.local) or always)
+
     def parallel_slowdowns(
         self, rows: list[dict], dedicated: Dedicated | None, always: bool = False
     ) -> dict[str, float]:
         """Each completed parallel job's slowdown against its dedicated run time, by job id; none unless
         the run had local users (the column's switch: only a non-dedicated cluster's runs have it) or
         ``always`` (the scenario asks for it in every run: a sweep's 0-user point)."""
-        if not (self.local or always) or dedicated is None:
+        if not self.has_parallel_slowdown(dedicated, always):
             return {}
         out = {}
         for r in rows:
@@ -754,7 +758,7 @@ def write(
         slow = t.local_slowdowns()
         for r in rows:
             r[LOCAL_SLOWDOWN] = slow.get(r["job_id"])
-    if (t.local or facts.parallel_slowdown_always) and dedicated is not None:
+    if t.has_parallel_slowdown(dedicated, facts.parallel_slowdown_always):
         columns = [*columns, PARALLEL_SLOWDOWN]
         par = t.parallel_slowdowns(rows, dedicated, facts.parallel_slowdown_always)
         for r in rows:

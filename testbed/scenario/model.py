@@ -383,6 +383,10 @@ class ResultsConfig(_Model):
         "(paper 004's 0-user point)",
     )
 
+    def parallel_slowdown_in(self, local_users: bool) -> bool:
+        """Whether a run has the parallel slowdown: the one rule for the results and the live gauge."""
+        return local_users or self.parallel_slowdown == "always"
+
 
 class SchedulerConfig(_Model):
     name: str = "gang"
