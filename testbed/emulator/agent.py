@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import os
+import resource
 import signal
 import sys
 import time
@@ -148,6 +149,12 @@ class _ProcState:
     memory_mb: float = 0.0  # its job's declared memory per process (really allocated by the worker)
 
 
+def _thread_use() -> tuple[float, int, int]:
+    """The calling thread's CPU seconds and its voluntary and involuntary context switches."""
+    ru = resource.getrusage(resource.RUSAGE_THREAD)
+    return time.thread_time(), ru.ru_nvcsw, ru.ru_nivcsw
+
+
 def _stderr_tail(path: str, limit: int = 400) -> str:
     try:
         with open(path, "rb") as fh:
@@ -188,6 +195,8 @@ class NodeAgent:
         self._paging = 1.0  # the paging model's factor for this node, as last logged (_watch_memory)
         self._sampler = None
         self._control0: tuple[float, float] | None = None
+        self._loop0 = (0.0, 0, 0)  # the loop thread's _thread_use() when the run began
+        self._local_events = 0  # the NIC's events handed to the policy (on_local_event): run_info counts them
         self._init_observers()
         # One long-lived thread spawns every worker: PR_SET_PDEATHSIG fires when the forking *thread* dies.
         # It is not the loop thread: Popen waits until the child has exec'd, and the child joins the node's
@@ -299,6 +308,7 @@ class NodeAgent:
             self.events.clock = self.clock
             self.notify = notify
             self._control0 = (time.process_time(), time.monotonic())
+            self._loop0 = _thread_use()
             self._schedule_sample()
             self._start_ratewatch()
             self._start_observers()
@@ -389,6 +399,11 @@ class NodeAgent:
         if self._control0 is not None:
             # The agent's own CPU (every thread: loop, NIC, Ray's) since the run began: control overhead.
             cpu0, wall0 = self._control0
+            nic = self.nic.stats()
+            try:
+                loop = [b - a for a, b in zip(self._loop0, self.lt.call(_thread_use, timeout=5), strict=True)]
+            except Exception:  # noqa: BLE001 - a loop that does not answer: no figures, the shutdown goes on
+                loop = [None, None, None]
             self.events.emit(
                 ev.RUN_INFO,
                 node=self.node,
@@ -398,6 +413,14 @@ class NodeAgent:
                 # The rate watch's share of it (its loop-thread CPU) and how many windows it read.
                 ratewatch_cpu_s=self._ratewatch_cpu[0],
                 ratewatch_windows=self._ratewatch_cpu[1],
+                # What that CPU was spent on: the NIC's messages and the policy's local events.
+                **{f"nic_{k}": nic[k] for k in ("messages_in", "messages_out", "arrivals")},
+                local_events=self._local_events,
+                # The loop thread's own share (the NIC's data path and the policy run on it in report
+                # mode) and how often it slept and woke: a wake-up costs more than a message's Python.
+                loop_cpu_s=loop[0],
+                loop_switches=loop[1],
+                loop_preempted=loop[2],
             )
         self.closed = True  # from here on a spawn that completes is killed instead of registered
         try:
@@ -423,6 +446,7 @@ class NodeAgent:
         self.events.emit(ev.PROC_READY, node=self.node, job=proc.job_id, rank=proc.rank)
 
     def on_local_event(self, event) -> None:
+        self._local_events += 1
         self._apply(self._decide(self.clock.now(), event))
 
     def on_progress(self, proc: Proc, unit: str, value: float) -> None:
