@@ -126,7 +126,10 @@ DEAD_PEER_GRACE_S = 0.1
 
 
 # timerfd through libc (os.timerfd_* is Python 3.13+): the emulated links' delays need microseconds.
-_libc = ctypes.CDLL(None, use_errno=True)
+# PyDLL: the calls keep the GIL (they never block). A CDLL call releases and retakes it, and where several
+# agents share a process each release was a hand-over to another agent's loop and back, twice a delayed
+# message (issue 25: 7 of the 9 wake-ups of an agent's loop per message were for the GIL).
+_libc = ctypes.PyDLL(None, use_errno=True)
 _CLOCK_MONOTONIC = 1
 _TFD_TIMER_ABSTIME = 1
 _TFD_FLAGS = os.O_NONBLOCK | os.O_CLOEXEC  # TFD_NONBLOCK, TFD_CLOEXEC have these values
@@ -689,10 +692,8 @@ class Nic:
             _timerfd_set(self._timerfd, self._timer_armed)
 
     def _on_timer(self) -> None:
-        try:
-            os.read(self._timerfd, 8)
-        except BlockingIOError:
-            pass
+        # No read of the timerfd: setting it (below, always) clears its expirations, so it is not readable
+        # again until the new deadline, and a read is one more hand-over of the GIL (see _libc).
         timers = self._timers
         now = time.monotonic()
         while timers and timers[0][0] <= now:

@@ -145,6 +145,56 @@ def test_worker_api(run_id, tmp_path):
     w.close()
 
 
+# A worker that starts a thread when told (a line on stdin) and ends one (another line): the agent keeps
+# its thread list between renices (BaseWorker._each_thread), which must not miss a thread started since.
+_THREADS = textwrap.dedent("""
+    import sys, threading, time
+    stop = threading.Event()
+    threads = []
+    for line in sys.stdin:
+        if line.strip() == "start":
+            threads.append(threading.Thread(target=stop.wait, daemon=True))
+            threads[-1].start()
+        else:
+            stop.set()
+            for t in threads:
+                t.join()
+            stop.clear()
+            threads = [threading.Thread(target=stop.wait, daemon=True)]
+            threads[0].start()
+        print(threading.active_count(), flush=True)
+""")
+
+
+def _nices(pid: int) -> dict[int, int]:
+    return {int(t): os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir(f"/proc/{pid}/task")}
+
+
+def test_renice_reaches_threads_started_since_the_last(run_id, tmp_path):
+    out = tmp_path / "out.txt"
+    w = spawn([sys.executable, "-c", _THREADS], env={"PATH": os.environ["PATH"]}, cwd=str(tmp_path),
+              stdout=str(out), stderr=subprocess.STDOUT, envelope=None, run_id=run_id,
+              stdin=subprocess.PIPE)  # fmt: skip
+    try:
+
+        def tell(line: str, lines: int) -> None:
+            w.popen.stdin.write(f"{line}\n".encode())
+            w.popen.stdin.flush()
+            assert _wait_for(lambda: len(out.read_text().split()) == lines)
+
+        w.set_nice(3)  # one thread, listed
+        tell("start", 1)  # two: the count changed
+        w.set_nice(4)
+        assert set(_nices(w.pid).values()) == {4}
+        tell("swap", 2)  # the started thread ended and another began: the same count
+        w.set_nice(5)
+        assert len(_nices(w.pid)) == 2 and set(_nices(w.pid).values()) == {5}
+    finally:
+        w.kill()
+        w.popen.stdin.close()
+        w.close()
+
+
 def test_pidfd_reports_exit_without_reaping(run_id):
     w = _spawn([sys.executable, "-c", "raise SystemExit(3)"], run_id)
     assert select.select([w.pidfd], [], [], 5.0)[0]
