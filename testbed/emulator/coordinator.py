@@ -221,19 +221,22 @@ class Coordinator:
             self._suspects.pop(msg.job, None)
             self.core.fail(self._now(), msg.job, reason)
             return
-        if msg.job in self._suspects:
+        held = self._suspects.get(msg.job)
+        if held is not None and held.starts == rec.starts:  # one of an earlier start is replaced below
             self._ended_under_suspect(msg)
             return
         # This rank failed because a peer went away: the cause is another rank's failure, on its way
         # here, or a node that died (its own report never comes; the pings make it show). Wait for the
         # job's other ranks to end, and name this reason if none of them was the cause.
         others = set(range(rec.job.processes_on(len(rec.nodes)))) - rec.ranks_ok - {msg.rank}
+        if not others:  # every other rank ended cleanly: none of them is a cause still to come
+            self.core.fail(self._now(), msg.job, reason)
+            return
         self._suspects[msg.job] = _Suspect(rec.starts, reason, others)
         for n in dict.fromkeys(rec.nodes):
             if n not in self.core.down:
                 self._send(n, Ping())
         self.lt.loop.call_later(SUSPECT_GRACE_REAL_S, self._fail_suspect, msg.job, rec.starts)
-        self._ended_under_suspect(msg)
 
     def _ended_under_suspect(self, msg: ProcExit) -> None:
         """A rank of a job whose failure waits for its cause ended, not as that cause."""
