@@ -320,11 +320,16 @@ def measure_kernel(base: Path, kernel: str, npb_class: str, doc: dict, out: dict
         f"at each job's: ratio median {out[f'nas_{kernel}_own_speed_ratio']} (each {each})")  # fmt: skip
 
 
+def told_speed(doc: dict, host_speed_s: float) -> dict:
+    """``doc`` for the simulator told a host speed (cluster.host_speed_s): a real run's, or a job's own."""
+    return {**doc, "cluster": {**doc["cluster"], "host_speed_s": host_speed_s}}
+
+
 def at_speed(base: Path, name: str, doc: dict, host_speed_s: float, real_t: dict, counted: list) -> float:
     """The median of the ``counted`` jobs' real times over the simulator's, told the host's speed."""
     from testbed.core import events as ev
 
-    sim({**doc, "cluster": {**doc["cluster"], "host_speed_s": host_speed_s}}, base / f"nas-{name}")
+    sim(told_speed(doc, host_speed_s), base / f"nas-{name}")
     sim_t = exec_times(list(ev.read_jsonl(base / f"nas-{name}" / "events.jsonl")))
     return round(statistics.median(real_t[j] / sim_t[j] for j in counted), 3)
 
@@ -384,8 +389,7 @@ def real_and_sim(base: Path, label: str, doc: dict) -> tuple[dict, dict]:
     r = core.run(base, label, doc)
     if r.summary is None or r.error is not None:
         raise RuntimeError(f"{label}: {r.error or 'no summary'}")
-    at_speed = {**doc, "cluster": {**doc["cluster"], "host_speed_s": r.summary["host_speed_s"]}}
-    return r.summary, sim(at_speed, base / f"{label}-sim")
+    return r.summary, sim(told_speed(doc, r.summary["host_speed_s"]), base / f"{label}-sim")
 
 
 def measure_schemes(
