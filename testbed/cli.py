@@ -529,7 +529,8 @@ def _validate_summary(path: Path, scn, backend: str) -> str:
     from testbed.scenario.workload import build
 
     c = scn.cluster
-    what = f"{len(sw.variants(scn))} sweep variants" if scn.sweep else f"{len(build(scn))} jobs"
+    variants = sw.variants(scn)
+    what = f"{len(variants)} sweep variants" if scn.sweep else f"{len(build(scn))} jobs"
     head = f"ok: {path} is valid: {what} on {c.nodes} nodes, scheduler {scn.scheduler.name}"
     if backend == "sim":
         return f"{head}; in the simulator (envelope modelled, no dilation)"
@@ -543,9 +544,11 @@ def _validate_summary(path: Path, scn, backend: str) -> str:
         if c.envelope == "auto" and envelope == "none":
             envelope = "none (no usable cgroup: the CPU rate is NOT fixed)"
     cpus = c.nodes * c.cores_per_node
-    tdf = effective_tdf(scn)
+    # A variant may have a TDF of its own: its scheduler decides the control plane's reserve.
+    tdfs = sorted({effective_tdf(v.scenario) for v in variants} or {effective_tdf(scn)})
+    tdf = f"{tdfs[0]:.4g}" if len(tdfs) == 1 else f"{tdfs[0]:.4g}-{tdfs[-1]:.4g} (by variant)"
     return (
-        f"{head}; on real processes it would use envelope {envelope} and TDF {tdf:.4g} ({cpus} emulated "
+        f"{head}; on real processes it would use envelope {envelope} and TDF {tdf} ({cpus} emulated "
         f"CPUs, {host_cores()} host cores)"
     )
 

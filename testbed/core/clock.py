@@ -26,6 +26,12 @@ def host_cores() -> int:
 #: cores handed to the nodes' quotas, the control plane's ~0.25 core (measured on 2 cores, 16 nodes) is
 #: taken from the nodes and they run up to 18 % below their configured rate.
 CONTROL_RESERVE_CORES = 0.3
+#: The same under a scheduler whose node policy hears every message (LocalPolicy.wants_message_events:
+#: DCS, SB, PB, CC, HYBRID): each mirrored MPI message then passes two NICs and is a local event for the
+#: policy. On paper003-compare's real subset (8 nodes, 2 cores) the control plane used 0.55-0.92 core
+#: under those schemes and the nodes ran 8-47 % below their rate (the rate watch's median window) with
+#: 0.3 kept; with 0.9, 0-0.5 % (docs/measurements.md, "Issue 25: spinning receivers on real processes").
+CONTROL_RESERVE_MESSAGES_CORES = 0.9
 
 
 def auto_tdf(emulated_cpus: float, cores: int | None = None, reserve: float = CONTROL_RESERVE_CORES) -> float:

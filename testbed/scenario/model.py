@@ -28,7 +28,7 @@ from pydantic import (
 
 from testbed.apps import registry as kinds
 from testbed.core import paging
-from testbed.core.clock import auto_tdf
+from testbed.core.clock import CONTROL_RESERVE_CORES, CONTROL_RESERVE_MESSAGES_CORES, auto_tdf
 from testbed.core.kinds import ENVELOPE_KINDS, Fault, FaultKind, OnNodeDown
 from testbed.scenario.divisible import DivisibleTasks
 from testbed.scenario.localusers import LocalUsers
@@ -319,8 +319,11 @@ class ClockConfig(_Model):
     rate_probe_s: float = Field(
         1.0, ge=0, description="real seconds of the full-load CPU-rate probe; 0 = skip"
     )
-    control_reserve_cores: float = Field(
-        0.3, ge=0, description="host cores left to agents, coordinator and Ray when tdf is auto"
+    control_reserve_cores: float | None = Field(
+        None,
+        ge=0,
+        description="host cores left to agents, coordinator and Ray when tdf is auto; null: 0.3, or 0.9 "
+        "under a scheduler whose node policy hears every message (dcs, sb, pb, cc, hybrid, ...)",
     )
 
     @model_validator(mode="before")
@@ -1273,9 +1276,19 @@ def _resolve_programs(doc: dict, base: Path) -> None:
                 pass  # a NUL byte in it: the kind finds no such file and says so, naming the field
 
 
-def effective_tdf(scn: Scenario, cores: int | None = None) -> float:
+def control_reserve(scn: Scenario) -> float:
+    """Host cores the automatic TDF leaves to the control plane: the scenario's, else by whether the
+    scheduler's node policy hears every message (testbed/core/clock.py says what each was measured on)."""
+    if scn.clock.control_reserve_cores is not None:
+        return scn.clock.control_reserve_cores
+    if registry.get(scn.scheduler.name).local_policy.wants_message_events:
+        return CONTROL_RESERVE_MESSAGES_CORES
+    return CONTROL_RESERVE_CORES
 
+
+def effective_tdf(scn: Scenario, cores: int | None = None) -> float:
+    """The run's TDF: the scenario's, or with ``tdf: auto`` the emulated CPUs over the host's cores less
+    the control plane's reserve."""
     if scn.clock.tdf == "auto":
-        c = scn.cluster
-        return auto_tdf(c.total_rate(), cores, scn.clock.control_reserve_cores)
+        return auto_tdf(scn.cluster.total_rate(), cores, control_reserve(scn))
     return float(scn.clock.tdf)

@@ -93,6 +93,18 @@ def test_effective_tdf():
     assert scenario.effective_tdf(load(doc={**MINI, "clock": {"tdf": 3}}), cores=2) == 3.0
 
 
+def test_a_scheduler_whose_nodes_hear_every_message_leaves_the_control_plane_more_of_the_host():
+    # DCS's node policy hears every message: 0.9 core kept (paper003's real subset used 0.55-0.92).
+    dcs = load(doc={**MINI, "scheduler": {"name": "dcs"}})
+    assert scenario.effective_tdf(dcs, cores=2) == pytest.approx(16 / 1.1)
+    assert scenario.effective_tdf(
+        load(doc={**MINI, "scheduler": {"name": "local"}}), cores=2
+    ) == pytest.approx(16 / 1.7)
+    # The scenario's own reserve wins, whatever the scheduler.
+    mine = {**MINI, "scheduler": {"name": "dcs"}, "clock": {"control_reserve_cores": 0.3}}
+    assert scenario.effective_tdf(load(doc=mine), cores=2) == pytest.approx(16 / 1.7)
+
+
 def test_a_joined_ray_cluster_needs_an_address_of_its_kind_and_a_fixed_tdf():
     joined = {**MINI, "cluster": {"ray_address": "10.0.0.5:6379"}, "clock": {"tdf": 1}}
     assert load(doc=joined).cluster.ray_address == "10.0.0.5:6379"
