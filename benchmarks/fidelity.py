@@ -25,6 +25,9 @@
 * scheme_1gs_miss_points: paper000-multiclass.yaml's real subset (its header's command: 6 jobs, TDF 16)
   under 1GS with admission, deadline miss ratio real - simulated in points; median of ``--miss-reps``
   runs (0: not measured; each takes 4-5 min). Target within 10 points.
+* hybrid_vs_nls_points (``--schemes`` with both ``hybrid`` and ``local``): HYBRID's mean response time
+  against NLS's on the same subset, real (median over median, minus 1) less simulated, in points.
+  Target: within 10 points, and real and simulated in the same direction (issue 25, deliverable 5).
 
 * nas_<kernel>_ratio: each NAS kernel (apps/nas/, class ``--nas-class``, ``--nas-ranks`` ranks) alone
   on as many nodes, ``--reps`` jobs back to back (batch) after a warm-up job (``WARMUP_JOBS``, not
@@ -95,7 +98,11 @@ say, err_str, pct = core.say, core.err_str, core.pct
 
 #: The schemes whose receivers spin (DCS, PB, 1GS) or spin-block (SB, CC, 2DCS) (issue 25).
 SCHEMES = ("dcs", "sb", "pb", "cc", "1gs", "2dcs-tdm")
-SCHEME_TARGETS = {**{f"scheme_{s}_ratio": "0.9-1.1" for s in SCHEMES}, "scheme_1gs_miss_points": "<= 10"}
+SCHEME_TARGETS = {
+    **{f"scheme_{s}_ratio": "0.9-1.1" for s in SCHEMES},
+    "scheme_1gs_miss_points": "<= 10",
+    "hybrid_vs_nls_points": "<= 10, same sign",
+}
 #: paper000-multiclass's real subset (the scenario header's command), 1GS with admission.
 PAPER000_SUBSET = {
     "clock": {"tdf": 16},
@@ -395,7 +402,9 @@ def real_and_sim(base: Path, label: str, doc: dict) -> tuple[dict, dict]:
 def measure_schemes(
     base: Path, schemes: list[str], reps: int, miss_reps: int, reserve: float | None, out: dict
 ) -> None:
-    """Each scheme's paper003 ratio (a run's failure is its figure), then 1GS's miss ratio on paper000."""
+    """Each scheme's paper003 ratio (a run's failure is its figure), HYBRID against NLS where both ran,
+    then 1GS's miss ratio on paper000."""
+    means: dict[str, list[tuple[float, float]]] = {}  # scheme -> each run's (real, simulated) mean response
     for scheme in schemes:
         say(f"\n== paper003-compare's real subset under {scheme}: mean response real / simulated, "
             f"{reps} runs ==")  # fmt: skip
@@ -404,6 +413,9 @@ def measure_schemes(
             for i in range(reps):
                 real, simulated = real_and_sim(base, f"{scheme}-{i + 1}", paper003_doc(scheme, reserve))
                 ratios.append(real["mean_response_time_s"] / simulated["mean_response_time_s"])
+                means.setdefault(scheme, []).append(
+                    (real["mean_response_time_s"], simulated["mean_response_time_s"])
+                )
                 say(f"  run {i + 1}: real {real['mean_response_time_s']:.3f} s, sim "
                     f"{simulated['mean_response_time_s']:.3f} s: ratio {ratios[-1]:.3f}; worst rate window "
                     f"{core.fmt(real.get('rate_window_error_max'), '', 3)}")  # fmt: skip
@@ -412,8 +424,27 @@ def measure_schemes(
         except Exception as exc:  # noqa: BLE001 - reported in the figure, the other schemes still run
             out[f"scheme_{scheme}_ratio"] = err_str(exc)
             say(f"  {out[f'scheme_{scheme}_ratio']}")
+    if means.get("hybrid") and means.get("local"):
+        out.update(hybrid_vs_nls(means["hybrid"], means["local"]))
+        say(f"\n  HYBRID against NLS: real {out['hybrid_vs_nls_real_pct']:+.1f} %, simulated "
+            f"{out['hybrid_vs_nls_sim_pct']:+.1f} %: {out['hybrid_vs_nls_points']:+.1f} points")  # fmt: skip
     if miss_reps:
         measure_1gs_miss(base, miss_reps, reserve, out)
+
+
+def hybrid_vs_nls(hybrid: list[tuple[float, float]], nls: list[tuple[float, float]]) -> dict:
+    """HYBRID's mean response against NLS's, real and simulated (each a median over the runs), in %."""
+
+    def gap(i: int) -> float:
+        return 100 * (statistics.median(r[i] for r in hybrid) / statistics.median(r[i] for r in nls) - 1)
+
+    real, simulated = gap(0), gap(1)
+    return {
+        "hybrid_vs_nls_real_pct": round(real, 1),
+        "hybrid_vs_nls_sim_pct": round(simulated, 1),
+        "hybrid_vs_nls_points": round(real - simulated, 1),
+        "hybrid_vs_nls_same_sign": real * simulated >= 0,
+    }
 
 
 def measure_1gs_miss(base: Path, reps: int, reserve: float | None, out: dict) -> None:
@@ -431,9 +462,11 @@ def measure_1gs_miss(base: Path, reps: int, reserve: float | None, out: dict) ->
         say(f"  {out['scheme_1gs_miss_points']}")
 
 
-def verdict(key: str, v) -> str:
+def verdict(key: str, v, out: dict) -> str:
     if not isinstance(v, int | float):
         return "NOT MEASURED"
+    if key == "hybrid_vs_nls_points":
+        return "met" if abs(v) <= 10 and out["hybrid_vs_nls_same_sign"] else "MISSED"
     if key == "scheme_1gs_miss_points":
         return "met" if abs(v) <= 10 else "MISSED"
     if key.startswith("scheme_"):
@@ -508,7 +541,7 @@ def main() -> None:
         f"{out['host_idle_share'] * 100:.1f} %) ==")  # fmt: skip
     for k, tgt in {**TARGETS, **SCHEME_TARGETS}.items():
         v = out.get(k, "-")
-        say(f"  {k:<28} {v!s:>10}  target {tgt:<8} {verdict(k, v)}")
+        say(f"  {k:<28} {v!s:>10}  target {tgt:<8} {verdict(k, v, out)}")
     if isinstance(out.get("period_ms"), float) and out["period_ms"] != default_period:
         say(f"  note: the measured best period ({out['period_ms']:g} ms) is not cluster.cfs_period_ms's "
             f"default ({default_period:g} ms)")  # fmt: skip
