@@ -369,10 +369,12 @@ def scenario_doc(name: str) -> dict:
     return doc
 
 
-def paper003_doc(scheme: str, reserve_us: float | None) -> dict:
+def paper003_doc(scheme: str, reserve_us: float | None, control_cores: float | None = None) -> dict:
     """paper003-compare's real subset (its header's command) under ``scheme``."""
     doc = scenario_doc("paper003-compare")
     doc["scheduler"] = {"name": scheme, "params": {}}
+    if control_cores is not None:
+        doc.setdefault("clock", {})["control_reserve_cores"] = control_cores
     if reserve_us is not None:
         doc["cluster"]["spin_reserve_us"] = reserve_us
     return doc
@@ -400,7 +402,13 @@ def real_and_sim(base: Path, label: str, doc: dict) -> tuple[dict, dict]:
 
 
 def measure_schemes(
-    base: Path, schemes: list[str], reps: int, miss_reps: int, reserve: float | None, out: dict
+    base: Path,
+    schemes: list[str],
+    reps: int,
+    miss_reps: int,
+    reserve: float | None,
+    out: dict,
+    control_cores: float | None = None,
 ) -> None:
     """Each scheme's paper003 ratio (a run's failure is its figure), HYBRID against NLS where both ran,
     then 1GS's miss ratio on paper000."""
@@ -411,7 +419,9 @@ def measure_schemes(
         try:
             ratios = []
             for i in range(reps):
-                real, simulated = real_and_sim(base, f"{scheme}-{i + 1}", paper003_doc(scheme, reserve))
+                real, simulated = real_and_sim(
+                    base, f"{scheme}-{i + 1}", paper003_doc(scheme, reserve, control_cores)
+                )
                 ratios.append(real["mean_response_time_s"] / simulated["mean_response_time_s"])
                 means.setdefault(scheme, []).append(
                     (real["mean_response_time_s"], simulated["mean_response_time_s"])
@@ -492,6 +502,11 @@ def main() -> None:
     ap.add_argument("--schemes", default=",".join(SCHEMES), help="which schemes the schemes part runs")
     ap.add_argument("--miss-reps", type=int, default=1, help="runs of paper000's 1GS subset (0: none)")
     ap.add_argument("--spin-reserve-us", type=float, help="cluster.spin_reserve_us (default: the scenario's)")
+    ap.add_argument(
+        "--control-reserve-cores",
+        type=float,
+        help="paper003's clock.control_reserve_cores (default: automatic)",
+    )
     ap.add_argument("--nas-class", default="A", help="the NAS kernels' class")
     ap.add_argument("--nas-ranks", type=int, default=4, help="the NAS kernels' rank count")
     ap.add_argument("--nas-kernels", default="ep,is,cg,mg,ft", help="which NAS kernels")
@@ -530,7 +545,9 @@ def main() -> None:
             measure_nas(base, kernels, a.nas_class, a.nas_ranks, a.reps, out, a.nas_period_ms)
         if "schemes" in parts:
             schemes = [s for s in a.schemes.split(",") if s]
-            measure_schemes(base, schemes, a.reps, a.miss_reps, a.spin_reserve_us, out)
+            measure_schemes(
+                base, schemes, a.reps, a.miss_reps, a.spin_reserve_us, out, a.control_reserve_cores
+            )
     finally:
         if tmp is not None:
             tmp.cleanup()
