@@ -29,8 +29,9 @@ CONTROL_RESERVE_CORES = 0.3
 #: The same under a scheduler whose node policy hears every message (LocalPolicy.wants_message_events:
 #: DCS, SB, PB, CC, HYBRID): each mirrored MPI message then passes two NICs and is a local event for the
 #: policy. On paper003-compare's real subset (8 nodes, 2 cores) the control plane used 0.55-0.92 core
-#: under those schemes and the nodes ran 8-47 % below their rate (the rate watch's median window) with
-#: 0.3 kept; with 0.9, 0-0.5 % (docs/measurements.md, "Issue 25: spinning receivers on real processes").
+#: under those schemes; with 0.3 kept, 70-94 % of the nodes' rate windows fell over 5 % below their rate,
+#: with 0.9, 0-10 %, and the schemes' mean response came 4-23 % nearer the simulator's (docs/measurements.md,
+#: "The control plane's reserve under the message-driven schemes").
 CONTROL_RESERVE_MESSAGES_CORES = 0.9
 
 
