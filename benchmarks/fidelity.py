@@ -25,6 +25,11 @@
 * scheme_1gs_miss_points: paper000-multiclass.yaml's real subset (its header's command: 6 jobs, TDF 16)
   under 1GS with admission, deadline miss ratio real - simulated in points; median of ``--miss-reps``
   runs (0: not measured; each takes 4-5 min). Target within 10 points.
+* scheme_<name>_class_<letter> (no target): the same runs' NAS jobs by class letter (A, S, W), medians
+  over the runs' jobs of each job's own compute over its model's (``compute_ratio``, as the NAS
+  kernels' compute ratio below) and of its execution time real / simulated (``exec_ratio``). Only the
+  class-A models carry a speed stamp, so the told host speed moves A's replay alone: the stream's ratio
+  mixes the two (docs/measurements.md, "What the stream's ratio is made of, per class").
 * hybrid_vs_nls_points (``--schemes`` with both ``hybrid`` and ``local``): HYBRID's mean response time
   against NLS's on the same subset, real (median over median, minus 1) less simulated, in points.
   Target: within 10 points, and real and simulated in the same direction (issue 25, deliverable 5).
@@ -393,12 +398,41 @@ def paper000_doc(reserve_us: float | None) -> dict:
     return doc
 
 
-def real_and_sim(base: Path, label: str, doc: dict) -> tuple[dict, dict]:
-    """A real run's summary and the simulator's, told the real run's host speed."""
+def real_and_sim(base: Path, label: str, doc: dict):
+    """A real run (core.Run: its summary, events, folder) and the simulator's summary, told the real
+    run's host speed; the simulator's folder is ``base / f"{label}-sim"``."""
     r = core.run(base, label, doc)
     if r.summary is None or r.error is not None:
         raise RuntimeError(f"{label}: {r.error or 'no summary'}")
-    return r.summary, sim(told_speed(doc, r.summary["host_speed_s"]), base / f"{label}-sim")
+    return r, sim(told_speed(doc, r.summary["host_speed_s"]), base / f"{label}-sim")
+
+
+def by_class(events: list[dict], sim_dir: Path) -> dict[str, list[tuple[float, float]]]:
+    """Each NAS job's own compute over its model's and its execution time real / simulated, by the class
+    letter of its job class (EP.A: A). Only the class-A models carry a speed stamp, so a told host speed
+    moves A's replay alone and S's and W's replay as recorded (docs/measurements.md, "What the stream's
+    ratio is made of, per class")."""
+    from testbed.apps.mpi_trace import compute_s
+    from testbed.apps.nas.kind import measured
+    from testbed.apps.reports import COMPUTE_UNIT
+
+    from testbed.core import events as ev
+
+    real_t, sim_t = exec_times(events), exec_times(list(ev.read_jsonl(sim_dir / "events.jsonl")))
+    jobs: dict[str, tuple[str, int]] = {}
+    busiest: dict[str, float] = {}
+    for e in events:
+        if e["kind"] == ev.JOB_SUBMITTED:
+            jobs[e["job"]] = (e["job_class"], e["size"])
+        elif e["kind"] == ev.PROGRESS and e.get("unit") == COMPUTE_UNIT:
+            busiest[e["job"]] = max(busiest.get(e["job"], 0.0), e["value"])
+    out: dict[str, list[tuple[float, float]]] = {}
+    for job, (cls, size) in jobs.items():
+        if job in busiest and job in real_t and job in sim_t:
+            kernel, letter = cls.split(".")
+            model = max(map(compute_s, measured(kernel.lower(), letter, size)))
+            out.setdefault(letter, []).append((busiest[job] / model, real_t[job] / sim_t[job]))
+    return out
 
 
 def measure_schemes(
@@ -414,14 +448,18 @@ def measure_schemes(
     then 1GS's miss ratio on paper000."""
     means: dict[str, list[tuple[float, float]]] = {}  # scheme -> each run's (real, simulated) mean response
     for scheme in schemes:
+        classes: dict[str, list[tuple[float, float]]] = {}  # the runs' jobs, by class letter
         say(f"\n== paper003-compare's real subset under {scheme}: mean response real / simulated, "
             f"{reps} runs ==")  # fmt: skip
         try:
             ratios = []
             for i in range(reps):
-                real, simulated = real_and_sim(
+                r, simulated = real_and_sim(
                     base, f"{scheme}-{i + 1}", paper003_doc(scheme, reserve, control_cores)
                 )
+                real = r.summary
+                for letter, figs in by_class(r.need(), base / f"{scheme}-{i + 1}-sim").items():
+                    classes.setdefault(letter, []).extend(figs)
                 ratios.append(real["mean_response_time_s"] / simulated["mean_response_time_s"])
                 means.setdefault(scheme, []).append(
                     (real["mean_response_time_s"], simulated["mean_response_time_s"])
@@ -430,6 +468,14 @@ def measure_schemes(
                     f"{simulated['mean_response_time_s']:.3f} s: ratio {ratios[-1]:.3f}; worst rate window "
                     f"{core.fmt(real.get('rate_window_error_max'), '', 3)}")  # fmt: skip
             out[f"scheme_{scheme}_ratio"] = round(statistics.median(ratios), 3)
+            for letter, figs in sorted(classes.items()):
+                fig = out[f"scheme_{scheme}_class_{letter}"] = {
+                    "compute_ratio": round(statistics.median(c for c, _ in figs), 3),
+                    "exec_ratio": round(statistics.median(x for _, x in figs), 3),
+                    "jobs": len(figs),
+                }
+                say(f"  class {letter} ({fig['jobs']} jobs): own compute / model {fig['compute_ratio']:.3f}, "
+                    f"execution real / simulated {fig['exec_ratio']:.3f}")  # fmt: skip
             out[f"scheme_{scheme}_ratios"] = [round(x, 3) for x in ratios]
         except Exception as exc:  # noqa: BLE001 - reported in the figure, the other schemes still run
             out[f"scheme_{scheme}_ratio"] = err_str(exc)
@@ -462,7 +508,8 @@ def measure_1gs_miss(base: Path, reps: int, reserve: float | None, out: dict) ->
     try:
         points = []
         for i in range(reps):
-            real, simulated = real_and_sim(base, f"1gs-miss-{i + 1}", paper000_doc(reserve))
+            r, simulated = real_and_sim(base, f"1gs-miss-{i + 1}", paper000_doc(reserve))
+            real = r.summary
             points.append((real["deadline_miss_ratio"] - simulated["deadline_miss_ratio"]) * 100)
             say(f"  run {i + 1}: real {real['deadline_miss_ratio']:.3f}, sim "
                 f"{simulated['deadline_miss_ratio']:.3f}: {points[-1]:+.1f} points")  # fmt: skip
