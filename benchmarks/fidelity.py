@@ -346,19 +346,33 @@ def at_speed(base: Path, name: str, doc: dict, host_speed_s: float, real_t: dict
     return round(statistics.median(real_t[j] / sim_t[j] for j in counted), 3)
 
 
-def compute_ratios(events: list[dict], kernel: str, npb_class: str, size: int, counted: list) -> list[float]:
-    """Each counted job's busiest rank's compute (its ranks' ``compute_s`` reports) over the model's."""
+def model_compute(kernel: str, npb_class: str, size: int) -> float:
+    """The compute of the busiest rank of a NAS kernel's measured model (apps/nas/models/)."""
     from testbed.apps.mpi_trace import compute_s
     from testbed.apps.nas.kind import measured
+
+    return max(map(compute_s, measured(kernel, npb_class, size)))
+
+
+def busiest_compute(events: list[dict]) -> dict[str, float]:
+    """Each job's busiest rank's compute, from its ranks' ``compute_s`` reports (jobs with none left out)."""
     from testbed.apps.reports import COMPUTE_UNIT
 
     from testbed.core import events as ev
 
-    model = max(map(compute_s, measured(kernel, npb_class, size)))
     busiest: dict[str, float] = {}
     for e in events:
         if e["kind"] == ev.PROGRESS and e.get("unit") == COMPUTE_UNIT:
             busiest[e["job"]] = max(busiest.get(e["job"], 0.0), e["value"])
+    return busiest
+
+
+def compute_ratios(events: list[dict], kernel: str, npb_class: str, size: int, counted: list) -> list[float]:
+    """Each counted job's busiest rank's compute (its ranks' ``compute_s`` reports) over the model's."""
+    from testbed.apps.reports import COMPUTE_UNIT
+
+    model = model_compute(kernel, npb_class, size)
+    busiest = busiest_compute(events)
     missing = [j for j in counted if j not in busiest]
     if missing:
         raise RuntimeError(f"no {COMPUTE_UNIT} report from jobs {missing}: their MPI calls were not wrapped")
@@ -412,25 +426,16 @@ def by_class(events: list[dict], sim_dir: Path) -> dict[str, list[tuple[float, f
     letter of its job class (EP.A: A). Only the class-A models carry a speed stamp, so a told host speed
     moves A's replay alone and S's and W's replay as recorded (docs/measurements.md, "What the stream's
     ratio is made of, per class")."""
-    from testbed.apps.mpi_trace import compute_s
-    from testbed.apps.nas.kind import measured
-    from testbed.apps.reports import COMPUTE_UNIT
-
     from testbed.core import events as ev
 
     real_t, sim_t = exec_times(events), exec_times(list(ev.read_jsonl(sim_dir / "events.jsonl")))
-    jobs: dict[str, tuple[str, int]] = {}
-    busiest: dict[str, float] = {}
-    for e in events:
-        if e["kind"] == ev.JOB_SUBMITTED:
-            jobs[e["job"]] = (e["job_class"], e["size"])
-        elif e["kind"] == ev.PROGRESS and e.get("unit") == COMPUTE_UNIT:
-            busiest[e["job"]] = max(busiest.get(e["job"], 0.0), e["value"])
+    busiest = busiest_compute(events)
     out: dict[str, list[tuple[float, float]]] = {}
-    for job, (cls, size) in jobs.items():
-        if job in busiest and job in real_t and job in sim_t:
-            kernel, letter = cls.split(".")
-            model = max(map(compute_s, measured(kernel.lower(), letter, size)))
+    for e in events:
+        job = e.get("job")
+        if e["kind"] == ev.JOB_SUBMITTED and job in busiest and job in real_t and job in sim_t:
+            kernel, letter = e["job_class"].split(".")
+            model = model_compute(kernel.lower(), letter, e["size"])
             out.setdefault(letter, []).append((busiest[job] / model, real_t[job] / sim_t[job]))
     return out
 
