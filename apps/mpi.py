@@ -91,7 +91,20 @@ def message_cpu_s(sent_bytes: int | None = None) -> float:
     return MESSAGE_CPU_S + (sent_bytes or 0) * MESSAGE_CPU_PER_BYTE_S
 
 
-class MpiConfig(MessagingConfig):
+class ModelConfig(MessagingConfig):
+    """A program the simulator replays from a measured model: a user's traced program or a NAS kernel."""
+
+    compute_scale: float = Field(
+        1.0,
+        gt=0,
+        le=100,  # a calibration of the same program on another host, not another program
+        description="the simulator replays the model's CPU between MPI calls times this (1: as recorded, "
+        "or as cluster.host_speed_s scales it): a calibration for a host whose program runs at another "
+        "speed than the host speed figure says; real processes and the job's estimate ignore it",
+    )
+
+
+class MpiConfig(ModelConfig):
     kind: Literal["mpi"] = "mpi"
     program: str = Field(..., description="the mpi4py program (.py); relative to the scenario file's folder")
     args: tuple[str, ...] = Field((), description="its command-line arguments (sys.argv[1:])")
@@ -173,11 +186,14 @@ class Mpi(ProgramKind):
         # Every CPU figure here is this host's at the recording (the message costs too): another host's,
         # where the simulator is told its speed and the trace was stamped with its own (apps/speed.py).
         f = speed.scale(ctx.host_speed_s, cls.trace_speed(cfg, n))
+        # A calibration of the program's own compute (what its ranks report as compute_s) moves that alone:
+        # the messages' and collectives' CPU is MPI's, measured apart (MESSAGE_CPU_S).
+        fc = f * cfg.compute_scale
         done = 0
         for op in ranks[ctx.rank]:
             what = op[0]
             if what == "c":
-                yield Compute(op[1] * f)
+                yield Compute(op[1] * fc)
             elif what == "s":
                 yield Compute(message_cpu_s(op[2]) * f)
                 yield Send((op[1],), op[2], _sim_tag(ctx.rank, op[3]))
@@ -355,4 +371,4 @@ def _die(ctx, reason: str, code: int = 1) -> None:
     os._exit(code)
 
 
-__all__ = ["Mpi", "MpiConfig"]
+__all__ = ["ModelConfig", "Mpi", "MpiConfig"]

@@ -22,6 +22,17 @@
   issue 25), mean response time real / simulated, the simulator told the run's host speed; median of
   ``--reps`` runs. Target 0.9-1.1. The scenario's ``cluster.spin_reserve_us`` unless ``--spin-reserve-us``
   says otherwise (0: spins poll their node's quota away, docs/measurements.md, "Spinning receivers").
+* scheme_<name>_own_speed_ratio: the same runs against the simulator told, instead of the host's speed,
+  the compute each job class's jobs ran at in that run (their ranks' ``compute_s`` over their model's,
+  as the nas kind's ``compute_scale``); median of the runs. Target 0.9-1.1: the error left to the
+  emulator once the host's speed is taken out, as nas_<kernel>_own_speed_ratio is for one kernel. The
+  speed figure moves only the stamped models (class A), and by another factor than the kernels' own
+  compute moved (docs/measurements.md, "What the stream's ratio is made of, per class").
+* scheme_<name>_own_speed_turn_ratio: the same, the simulator also given the wake-up turn measured on
+  real processes (``MEASURED_WAKEUP`` as ``cluster.wakeup``, off in the scenarios). Target 0.9-1.1.
+* scheme_<name>_batch_speed_ratio (``--schemes`` with ``batch``, which then runs first; no target): the
+  same runs against the simulator told the compute the batch runs' jobs ran at, class by class: the CPU a
+  scheme's jobs spend beyond it (more under the schemes that intervene) counts here as the emulator's.
 * scheme_1gs_miss_points: paper000-multiclass.yaml's real subset (its header's command: 6 jobs, TDF 16)
   under 1GS with admission, deadline miss ratio real - simulated in points; median of ``--miss-reps``
   runs (0: not measured; each takes 4-5 min). Target within 10 points.
@@ -33,6 +44,8 @@
 * hybrid_vs_nls_points (``--schemes`` with both ``hybrid`` and ``local``): HYBRID's mean response time
   against NLS's on the same subset, real (median over median, minus 1) less simulated, in points.
   Target: within 10 points, and real and simulated in the same direction (issue 25, deliverable 5).
+  ``hybrid_vs_nls_<reading>_sim_pct``: the simulated gap at the jobs' own compute (``own_speed``), with
+  the turn too (``own_speed_turn``), and with ``batch``, at the batch runs' compute (``batch_speed``).
 
 * nas_<kernel>_ratio: each NAS kernel (apps/nas/, class ``--nas-class``, ``--nas-ranks`` ranks) alone
   on as many nodes, ``--reps`` jobs back to back (batch) after a warm-up job (``WARMUP_JOBS``, not
@@ -64,6 +77,7 @@ string there. Note what else runs on the host: the run prints /proc/stat's idle 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import statistics
@@ -105,6 +119,8 @@ say, err_str, pct = core.say, core.err_str, core.pct
 SCHEMES = ("dcs", "sb", "pb", "cc", "1gs", "2dcs-tdm")
 SCHEME_TARGETS = {
     **{f"scheme_{s}_ratio": "0.9-1.1" for s in SCHEMES},
+    **{f"scheme_{s}_own_speed_ratio": "0.9-1.1" for s in SCHEMES},
+    **{f"scheme_{s}_own_speed_turn_ratio": "0.9-1.1" for s in SCHEMES},
     "scheme_1gs_miss_points": "<= 10",
     "hybrid_vs_nls_points": "<= 10, same sign",
 }
@@ -421,23 +437,69 @@ def real_and_sim(base: Path, label: str, doc: dict):
     return r, sim(told_speed(doc, r.summary["host_speed_s"]), base / f"{label}-sim")
 
 
-def by_class(events: list[dict], sim_dir: Path) -> dict[str, list[tuple[float, float]]]:
-    """Each NAS job's own compute over its model's and its execution time real / simulated, by the class
-    letter of its job class (EP.A: A). Only the class-A models carry a speed stamp, so a told host speed
-    moves A's replay alone and S's and W's replay as recorded (docs/measurements.md, "What the stream's
-    ratio is made of, per class")."""
+def nas_jobs(events: list[dict]) -> dict[str, tuple[str, float]]:
+    """Each NAS job that reported its compute: its job class (EP.A) and its busiest rank's compute over
+    its model's (jobs without a report, e.g. failed ones, left out)."""
+    from testbed.core import events as ev
+
+    busiest = busiest_compute(events)
+    out: dict[str, tuple[str, float]] = {}
+    for e in events:
+        if e["kind"] == ev.JOB_SUBMITTED and e["job"] in busiest:
+            kernel, letter = e["job_class"].split(".")
+            out[e["job"]] = (
+                e["job_class"],
+                busiest[e["job"]] / model_compute(kernel.lower(), letter, e["size"]),
+            )
+    return out
+
+
+def by_class(jobs: dict[str, tuple[str, float]], events: list[dict], sim_dir: Path) -> dict[str, list]:
+    """The NAS ``jobs`` (:func:`nas_jobs`) by class letter (EP.A: A): each one's own compute over its
+    model's and its execution time real / simulated. Only the class-A models carry a speed stamp, so a
+    told host speed moves A's replay alone and S's and W's replay as recorded (docs/measurements.md,
+    "What the stream's ratio is made of, per class")."""
     from testbed.core import events as ev
 
     real_t, sim_t = exec_times(events), exec_times(list(ev.read_jsonl(sim_dir / "events.jsonl")))
-    busiest = busiest_compute(events)
     out: dict[str, list[tuple[float, float]]] = {}
-    for e in events:
-        job = e.get("job")
-        if e["kind"] == ev.JOB_SUBMITTED and job in busiest and job in real_t and job in sim_t:
-            kernel, letter = e["job_class"].split(".")
-            model = model_compute(kernel.lower(), letter, e["size"])
-            out.setdefault(letter, []).append((busiest[job] / model, real_t[job] / sim_t[job]))
+    for job, (job_class, compute) in jobs.items():
+        if job in real_t and job in sim_t:
+            out.setdefault(job_class.split(".")[1], []).append((compute, real_t[job] / sim_t[job]))
     return out
+
+
+def class_speeds(runs: list[dict[str, tuple[str, float]]]) -> dict[str, float]:
+    """Each job class's own compute over its model's, median over the ``runs``' jobs (:func:`nas_jobs`)."""
+    ratios: dict[str, list[float]] = {}
+    for jobs in runs:
+        for job_class, compute in jobs.values():
+            ratios.setdefault(job_class, []).append(compute)
+    return {c: round(statistics.median(r), 4) for c, r in ratios.items()}
+
+
+def calibrated(doc: dict, speeds: dict[str, float]) -> dict:
+    """``doc`` for the simulator with each job class's models replayed at the compute its jobs ran at
+    (the nas kind's ``compute_scale``: ``speeds``, :func:`class_speeds`), and no host speed: the speed
+    figure moves the stamped models alone, and by another factor than the kernels' own compute moved
+    (docs/measurements.md, "What the stream's ratio is made of, per class")."""
+    gen = doc["workload"]["generator"]
+    classes = [
+        {**c, "app": {**c["app"], "compute_scale": speeds[c["name"]]}} if c["name"] in speeds else c
+        for c in gen["classes"]
+    ]
+    cluster = {k: v for k, v in doc["cluster"].items() if k != "host_speed_s"}
+    return {
+        **doc,
+        "cluster": cluster,
+        "workload": {**doc["workload"], "generator": {**gen, "classes": classes}},
+    }
+
+
+#: The wake-up turn measured on real processes (docs/measurements.md, "Wake-up latency": a woken
+#: process's wait behind two others on one run queue, 1.6-3.1 ms of CPU), as ``cluster.wakeup``; off in
+#: the scenarios, so the simulator's figures are read without and with it.
+MEASURED_WAKEUP = {"turn_us": 2000, "crowd": 2}
 
 
 def measure_schemes(
@@ -449,63 +511,124 @@ def measure_schemes(
     out: dict,
     control_cores: float | None = None,
 ) -> None:
-    """Each scheme's paper003 ratio (a run's failure is its figure), HYBRID against NLS where both ran,
-    then 1GS's miss ratio on paper000."""
-    means: dict[str, list[tuple[float, float]]] = {}  # scheme -> each run's (real, simulated) mean response
-    for scheme in schemes:
-        classes: dict[str, list[tuple[float, float]]] = {}  # the runs' jobs, by class letter
+    """Each scheme's paper003 ratios (a run's failure is its figure), HYBRID against NLS where both ran,
+    then 1GS's miss ratio on paper000. Batch runs first where it is among ``schemes``: its jobs' own
+    compute is the speed every scheme's runs are simulated at again (``batch_speed_ratio``)."""
+    means: dict[str, list[dict[str, float]]] = {}  # scheme -> each run's mean responses, by reading
+    batch_speeds: dict[str, float] | None = None
+    for scheme in sorted(schemes, key=lambda s: s != "batch"):
         say(f"\n== paper003-compare's real subset under {scheme}: mean response real / simulated, "
             f"{reps} runs ==")  # fmt: skip
         try:
-            ratios = []
-            for i in range(reps):
-                r, simulated = real_and_sim(
-                    base, f"{scheme}-{i + 1}", paper003_doc(scheme, reserve, control_cores)
-                )
-                real = r.summary
-                for letter, figs in by_class(r.need(), base / f"{scheme}-{i + 1}-sim").items():
-                    classes.setdefault(letter, []).extend(figs)
-                ratios.append(real["mean_response_time_s"] / simulated["mean_response_time_s"])
-                means.setdefault(scheme, []).append(
-                    (real["mean_response_time_s"], simulated["mean_response_time_s"])
-                )
-                say(f"  run {i + 1}: real {real['mean_response_time_s']:.3f} s, sim "
-                    f"{simulated['mean_response_time_s']:.3f} s: ratio {ratios[-1]:.3f}; worst rate window "
-                    f"{core.fmt(real.get('rate_window_error_max'), '', 3)}")  # fmt: skip
-            out[f"scheme_{scheme}_ratio"] = round(statistics.median(ratios), 3)
-            for letter, figs in sorted(classes.items()):
-                fig = out[f"scheme_{scheme}_class_{letter}"] = {
-                    "compute_ratio": round(statistics.median(c for c, _ in figs), 3),
-                    "exec_ratio": round(statistics.median(x for _, x in figs), 3),
-                    "jobs": len(figs),
-                }
-                say(f"  class {letter} ({fig['jobs']} jobs): own compute / model {fig['compute_ratio']:.3f}, "
-                    f"execution real / simulated {fig['exec_ratio']:.3f}")  # fmt: skip
-            out[f"scheme_{scheme}_ratios"] = [round(x, 3) for x in ratios]
+            doc = paper003_doc(scheme, reserve, control_cores)
+            runs = [scheme_run(base, f"{scheme}-{i + 1}", doc) for i in range(reps)]
+            if scheme == "batch":
+                batch_speeds = class_speeds([r.jobs for r in runs])
+            # The simulator at the batch runs' compute: the CPU the other schemes' jobs spent beyond it
+            # counts as the emulator's error, which their own compute's reading takes out.
+            for r in runs:
+                if batch_speeds:
+                    at = sim(calibrated(doc, batch_speeds), base / f"{r.label}-batch-sim")
+                    r.means["batch_speed"] = at["mean_response_time_s"]
+            scheme_figures(scheme, runs, out)
+            means[scheme] = [r.means for r in runs]
         except Exception as exc:  # noqa: BLE001 - reported in the figure, the other schemes still run
             out[f"scheme_{scheme}_ratio"] = err_str(exc)
             say(f"  {out[f'scheme_{scheme}_ratio']}")
     if means.get("hybrid") and means.get("local"):
         out.update(hybrid_vs_nls(means["hybrid"], means["local"]))
+        turn = out["hybrid_vs_nls_own_speed_turn_sim_pct"]
         say(f"\n  HYBRID against NLS: real {out['hybrid_vs_nls_real_pct']:+.1f} %, simulated "
-            f"{out['hybrid_vs_nls_sim_pct']:+.1f} %: {out['hybrid_vs_nls_points']:+.1f} points")  # fmt: skip
+            f"{out['hybrid_vs_nls_sim_pct']:+.1f} %: {out['hybrid_vs_nls_points']:+.1f} points; simulated at "
+            f"their own compute with the turn {turn:+.1f} %")  # fmt: skip
     if miss_reps:
         measure_1gs_miss(base, miss_reps, reserve, out)
 
 
-def hybrid_vs_nls(hybrid: list[tuple[float, float]], nls: list[tuple[float, float]]) -> dict:
-    """HYBRID's mean response against NLS's, real and simulated (each a median over the runs), in %."""
+@dataclasses.dataclass
+class SchemeRun:
+    label: str
+    #: Mean response times, s: the real run's ("real"), and the simulator's told its host speed ("sim"),
+    #: each job class's own compute in this run ("own_speed"), that and the measured wake-up turn
+    #: ("own_speed_turn"), the batch runs' compute ("batch_speed", added where measured).
+    means: dict[str, float]
+    jobs: dict[str, tuple[str, float]]  # nas_jobs
+    classes: dict[str, list[tuple[float, float]]]  # by_class, told the host speed
+    rate_window_error: float | None
 
-    def gap(i: int) -> float:
-        return 100 * (statistics.median(r[i] for r in hybrid) / statistics.median(r[i] for r in nls) - 1)
+    def ratio(self, reading: str) -> float:
+        return self.means["real"] / self.means[reading]
 
-    real, simulated = gap(0), gap(1)
-    return {
+
+def scheme_run(base: Path, label: str, doc: dict) -> SchemeRun:
+    """One real run of ``doc`` and the simulator's, told its host speed and its jobs' own compute."""
+    r, simulated = real_and_sim(base, label, doc)
+    events = r.need()
+    jobs = nas_jobs(events)
+    own = calibrated(doc, class_speeds([jobs]))
+    turn = {**own, "cluster": {**own["cluster"], "wakeup": MEASURED_WAKEUP}}
+    run = SchemeRun(
+        label,
+        {
+            "real": r.summary["mean_response_time_s"],
+            "sim": simulated["mean_response_time_s"],
+            "own_speed": sim(own, base / f"{label}-own-sim")["mean_response_time_s"],
+            "own_speed_turn": sim(turn, base / f"{label}-own-turn-sim")["mean_response_time_s"],
+        },
+        jobs,
+        by_class(jobs, events, base / f"{label}-sim"),
+        r.summary.get("rate_window_error_max"),
+    )
+    m = run.means
+    say(f"  {label}: real {m['real']:.3f} s, sim {m['sim']:.3f} s ({run.ratio('sim'):.3f}), at its jobs' "
+        f"own compute {m['own_speed']:.3f} s ({run.ratio('own_speed'):.3f}), and with the turn "
+        f"{m['own_speed_turn']:.3f} s ({run.ratio('own_speed_turn'):.3f}); worst rate window "
+        f"{core.fmt(run.rate_window_error, '', 3)}")  # fmt: skip
+    return run
+
+
+def scheme_figures(scheme: str, runs: list[SchemeRun], out: dict) -> None:
+    """A scheme's figures from its runs: the median of each ratio, and its jobs by class letter."""
+    out[f"scheme_{scheme}_ratio"] = round(statistics.median(r.ratio("sim") for r in runs), 3)
+    out[f"scheme_{scheme}_ratios"] = [round(r.ratio("sim"), 3) for r in runs]
+    for reading in ("own_speed", "own_speed_turn", "batch_speed"):
+        if all(reading in r.means for r in runs):
+            ratios = [r.ratio(reading) for r in runs]
+            out[f"scheme_{scheme}_{reading}_ratio"] = round(statistics.median(ratios), 3)
+            say(f"  {reading}: ratios {', '.join(f'{x:.3f}' for x in ratios)}")
+    classes: dict[str, list[tuple[float, float]]] = {}
+    for r in runs:
+        for letter, figs in r.classes.items():
+            classes.setdefault(letter, []).extend(figs)
+    for letter, figs in sorted(classes.items()):
+        fig = out[f"scheme_{scheme}_class_{letter}"] = {
+            "compute_ratio": round(statistics.median(c for c, _ in figs), 3),
+            "exec_ratio": round(statistics.median(x for _, x in figs), 3),
+            "jobs": len(figs),
+        }
+        say(f"  class {letter} ({fig['jobs']} jobs): own compute / model {fig['compute_ratio']:.3f}, "
+            f"execution real / simulated {fig['exec_ratio']:.3f}")  # fmt: skip
+
+
+def hybrid_vs_nls(hybrid: list[dict[str, float]], nls: list[dict[str, float]]) -> dict:
+    """HYBRID's mean response against NLS's, real and by each of the simulator's readings (each a median
+    over the runs), in %; the verdict's points are against the simulator told the host speed."""
+
+    def gap(reading: str) -> float:
+        med = [statistics.median(m[reading] for m in runs) for runs in (hybrid, nls)]
+        return 100 * (med[0] / med[1] - 1)
+
+    real, simulated = gap("real"), gap("sim")
+    out = {
         "hybrid_vs_nls_real_pct": round(real, 1),
         "hybrid_vs_nls_sim_pct": round(simulated, 1),
         "hybrid_vs_nls_points": round(real - simulated, 1),
         "hybrid_vs_nls_same_sign": real * simulated >= 0,
     }
+    for reading in ("own_speed", "own_speed_turn", "batch_speed"):
+        if all(reading in m for m in hybrid + nls):
+            out[f"hybrid_vs_nls_{reading}_sim_pct"] = round(gap(reading), 1)
+    return out
 
 
 def measure_1gs_miss(base: Path, reps: int, reserve: float | None, out: dict) -> None:

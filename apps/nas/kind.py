@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import ConfigDict, Field
-from testbed.apps.base import JobPlan, MessagingConfig, Shape
-from testbed.apps.mpi import Mpi
+from testbed.apps.base import JobPlan, Shape
+from testbed.apps.mpi import ModelConfig, Mpi
 from testbed.apps.mpi_trace import RECORDER_VERSION, compute_s
 from testbed.apps.speed import stamp_of
 
@@ -41,7 +41,7 @@ Kernel = Literal["ep", "is", "cg", "mg", "ft"]
 NpbClass = Literal["S", "W", "A", "B"]
 
 
-class NasConfig(MessagingConfig):
+class NasConfig(ModelConfig):
     model_config = ConfigDict(populate_by_name=True)
 
     kind: Literal["nas"] = "nas"

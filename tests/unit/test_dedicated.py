@@ -147,6 +147,11 @@ def test_the_reference_stands_for_the_host_speed_it_is_given(tmp_path, monkeypat
     slow = dict(fast, host_speed_s=0.2)
     assert Dedicated(_scn([job], slow)).time("m", (0, 1)) == pytest.approx(3.0, rel=1e-6)
     assert Dedicated(_scn([job], slow), None, 0.05).time("m", (0, 1)) == pytest.approx(0.75, rel=1e-6)
+    # A job whose own compute is calibrated (compute_scale) stands alone at that compute, on top of the
+    # host's speed.
+    half = {**job, "app": {**job["app"], "compute_scale": 0.5}}
+    assert Dedicated(_scn([half], fast)).time("m", (0, 1)) == pytest.approx(0.75, rel=1e-6)
+    assert Dedicated(_scn([half], slow)).time("m", (0, 1)) == pytest.approx(1.5, rel=1e-6)
 
 
 def test_identical_jobs_are_simulated_once():

@@ -197,6 +197,16 @@ def test_the_model_replays_a_recorded_trace(tmp_path, monkeypatch):
         assert [type(op) for op in slow] == [type(op) for op in ops(rank)]
         for got, was in zip(slow, ops(rank), strict=True):
             assert got == (Compute(pytest.approx(was.cpu_s * 3)) if isinstance(was, Compute) else was)
+    # A calibration of the program's own compute (compute_scale) moves the CPU between its MPI calls
+    # alone: MPI's own CPU on messages and collectives stays the host speed's; the estimate stays too.
+    half = cfg.model_copy(update={"compute_scale": 0.5})
+    assert Mpi.ideal_runtime(half) == Mpi.ideal_runtime(cfg)
+    for rank in (0, 1):
+        got = list(Mpi.model(half, SimContext(rank, 3, lambda: 0.0, host_speed_s=0.3)))
+        was = list(Mpi.model(cfg, SimContext(rank, 3, lambda: 0.0, host_speed_s=0.3)))
+        own = ranks[rank][0][1] * 3  # the trace's one compute, at the host's speed
+        assert got[0] == Compute(pytest.approx(own / 2)) and was[0] == Compute(pytest.approx(own))
+        assert got[1:] == was[1:]
 
 
 def test_a_program_path_is_relative_to_the_scenario_and_must_exist(tmp_path):
