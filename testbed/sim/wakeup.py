@@ -8,9 +8,10 @@ unless its weight lets it preempt (a nice value below every other runnable proce
 model: such a process waits ``turn_s`` CPU-seconds (at rate 1; ``turn_s / rate`` emulated seconds) when
 at least ``crowd`` other processes of its node want the CPU. Under a node's CFS quota a single other
 runnable process costs a woken one no turn: the wait is the quota's throttling, the same at every nice
-value (benchmarks/wakeup_latency.py; docs/measurements.md, "Wake-up latency"). The processor sharing
-spreads the throttling's CPU over the period, not its wait: that wait is the emulator's, not a node's,
-and this model leaves it out (docs/measurements.md, "The wake that the quota holds").
+value (benchmarks/wakeup_latency.py; docs/measurements.md, "Wake-up latency"). A wait on every wake
+beside one other process, boosted or not, is what remains of the blocking schemes' error on real
+processes; how much of it a node has, and how much the emulator, is open (docs/measurements.md, "A
+woken process's wait beside another").
 
 :class:`WakeTurns` holds the woken processes of each node until the node's local policy has heard of the
 instant's events (a boost given on the message's arrival counts), then says how long each waits.
