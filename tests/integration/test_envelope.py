@@ -191,7 +191,9 @@ def test_a_node_gets_its_quota_beside_busy_processes(envelopes):
     top = os.path.dirname(os.path.dirname(e.dirs["cpu"]))
     for d in (top, os.path.dirname(e.dirs["cpu"])):
         with open(os.path.join(d, "cpu.shares")) as fh:
-            assert int(fh.read()) == envmod.SHARES_V1
+            # At least: a run whose control plane has its own cgroup raises testbed/ further
+            # (controlgroup.HOST_SHARES) while it or any other run is under it, and a node never lowers it.
+            assert int(fh.read()) >= envmod.SHARES_V1
     hogs = [subprocess.Popen(BUSY) for _ in range(len(os.sched_getaffinity(0)) + 1)]
     w = _spawn(BUSY, e)
     try:
