@@ -498,7 +498,9 @@ def calibrated(doc: dict, speeds: dict[str, float]) -> dict:
 
 #: The wake-up turn measured on real processes (docs/measurements.md, "Wake-up latency": a woken
 #: process's wait behind two others on one run queue, 1.6-3.1 ms of CPU), as ``cluster.wakeup``; off in
-#: the scenarios, so the simulator's figures are read without and with it.
+#: the scenarios, so the simulator's figures are read without and with it. Measured on the emulated node
+#: at TDF 4.71: a uniprocessor's is 0.8 ms, so this reading stands partly for the emulator's wait too
+#: (docs/measurements.md, "A woken process's wait beside another").
 MEASURED_WAKEUP = {"turn_us": 2000, "crowd": 2}
 
 
