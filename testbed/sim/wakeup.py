@@ -10,7 +10,7 @@ at least ``crowd`` other processes of its node want the CPU. Under a node's CFS 
 runnable process costs a woken one no turn: the wait is the quota's throttling, the same at every nice
 value (benchmarks/wakeup_latency.py; docs/measurements.md, "Wake-up latency"). A wait on every wake
 beside one other process, boosted or not, is what remains of the blocking schemes' error on real
-processes; a uniprocessor without a quota waits a fifth of it, so it is the emulator's and is not
+processes; a uniprocessor without a quota waits a fifth of it, so most of it is the emulator's, not
 modelled here (docs/measurements.md, "A woken process's wait beside another").
 
 :class:`WakeTurns` holds the woken processes of each node until the node's local policy has heard of the
