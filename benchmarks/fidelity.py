@@ -527,10 +527,11 @@ def measure_schemes(
             if scheme == "batch":
                 batch_speeds = class_speeds([r.jobs for r in runs])
             # The simulator at the batch runs' compute: the CPU the other schemes' jobs spent beyond it
-            # counts as the emulator's error, which their own compute's reading takes out.
-            for r in runs:
-                if batch_speeds:
-                    at = sim(calibrated(doc, batch_speeds), base / f"{r.label}-batch-sim")
+            # counts as the emulator's error, which their own compute's reading takes out. One doc for
+            # all the runs, and the simulator is deterministic: simulated once.
+            if batch_speeds:
+                at = sim(calibrated(doc, batch_speeds), base / f"{scheme}-batch-sim")
+                for r in runs:
                     r.means["batch_speed"] = at["mean_response_time_s"]
             scheme_figures(scheme, runs, out)
             means[scheme] = [r.means for r in runs]
