@@ -21,7 +21,9 @@
   heavy load, packing) under each scheme of ``--schemes`` (the ones whose receivers spin or spin-block,
   issue 25), mean response time real / simulated, the simulator told the run's host speed; median of
   ``--reps`` runs. Target 0.9-1.1. The scenario's ``cluster.spin_reserve_us`` unless ``--spin-reserve-us``
-  says otherwise (0: spins poll their node's quota away, docs/measurements.md, "Spinning receivers").
+  says otherwise (0: spins poll their node's quota away, docs/measurements.md, "Spinning receivers"),
+  and ``--schemes-period-ms`` and ``--quota-tick-us`` likewise for cluster.cfs_period_ms and
+  cluster.quota_tick_us (docs/measurements.md, "The quota is charged at the kernel's tick").
 * scheme_<name>_own_speed_ratio: the same runs against the simulator told, instead of the host's speed,
   the compute each job class's jobs ran at in that run (their ranks' ``compute_s`` over their model's,
   as the nas kind's ``compute_scale``); median of the runs. Target 0.9-1.1: the error left to the
@@ -404,18 +406,18 @@ def scenario_doc(name: str) -> dict:
     return doc
 
 
-def paper003_doc(scheme: str, reserve_us: float | None, control_cores: float | None = None) -> dict:
-    """paper003-compare's real subset (its header's command) under ``scheme``."""
+def paper003_doc(scheme: str, cluster: dict, control_cores: float | None = None) -> dict:
+    """paper003-compare's real subset (its header's command) under ``scheme``, with the ``cluster``
+    fields given on the command line."""
     doc = scenario_doc("paper003-compare")
     doc["scheduler"] = {"name": scheme, "params": {}}
     if control_cores is not None:
         doc.setdefault("clock", {})["control_reserve_cores"] = control_cores
-    if reserve_us is not None:
-        doc["cluster"]["spin_reserve_us"] = reserve_us
+    doc["cluster"].update(cluster)
     return doc
 
 
-def paper000_doc(reserve_us: float | None) -> dict:
+def paper000_doc(cluster: dict) -> dict:
     doc, sub = scenario_doc("paper000-multiclass"), PAPER000_SUBSET
     doc["clock"] = {**doc.get("clock", {}), **sub["clock"]}
     doc["cluster"].update(sub["cluster"])
@@ -423,8 +425,7 @@ def paper000_doc(reserve_us: float | None) -> dict:
     gen.update(count=sub["count"], mean_interarrival_s=sub["mean_interarrival_s"])
     gen["duration"]["mean_s"] = sub["mean_s"]
     doc["scheduler"] = sub["scheduler"]
-    if reserve_us is not None:
-        doc["cluster"]["spin_reserve_us"] = reserve_us
+    doc["cluster"].update(cluster)
     return doc
 
 
@@ -509,7 +510,7 @@ def measure_schemes(
     schemes: list[str],
     reps: int,
     miss_reps: int,
-    reserve: float | None,
+    cluster: dict,
     out: dict,
     control_cores: float | None = None,
 ) -> None:
@@ -522,7 +523,7 @@ def measure_schemes(
         say(f"\n== paper003-compare's real subset under {scheme}: mean response real / simulated, "
             f"{reps} runs ==")  # fmt: skip
         try:
-            doc = paper003_doc(scheme, reserve, control_cores)
+            doc = paper003_doc(scheme, cluster, control_cores)
             runs = [scheme_run(base, f"{scheme}-{i + 1}", doc) for i in range(reps)]
             if scheme == "batch":
                 batch_speeds = class_speeds([r.jobs for r in runs])
@@ -545,7 +546,7 @@ def measure_schemes(
             f"{out['hybrid_vs_nls_sim_pct']:+.1f} %: {out['hybrid_vs_nls_points']:+.1f} points; simulated at "
             f"their own compute with the turn {turn:+.1f} %")  # fmt: skip
     if miss_reps:
-        measure_1gs_miss(base, miss_reps, reserve, out)
+        measure_1gs_miss(base, miss_reps, cluster, out)
 
 
 @dataclasses.dataclass
@@ -634,12 +635,12 @@ def hybrid_vs_nls(hybrid: list[dict[str, float]], nls: list[dict[str, float]]) -
     return out
 
 
-def measure_1gs_miss(base: Path, reps: int, reserve: float | None, out: dict) -> None:
+def measure_1gs_miss(base: Path, reps: int, cluster: dict, out: dict) -> None:
     say(f"\n== paper000's real subset under 1GS with admission: miss ratio real - simulated, {reps} runs ==")
     try:
         points = []
         for i in range(reps):
-            r, simulated = real_and_sim(base, f"1gs-miss-{i + 1}", paper000_doc(reserve))
+            r, simulated = real_and_sim(base, f"1gs-miss-{i + 1}", paper000_doc(cluster))
             real = r.summary
             points.append((real["deadline_miss_ratio"] - simulated["deadline_miss_ratio"]) * 100)
             say(f"  run {i + 1}: real {real['deadline_miss_ratio']:.3f}, sim "
@@ -680,6 +681,16 @@ def main() -> None:
     ap.add_argument("--schemes", default=",".join(SCHEMES), help="which schemes the schemes part runs")
     ap.add_argument("--miss-reps", type=int, default=1, help="runs of paper000's 1GS subset (0: none)")
     ap.add_argument("--spin-reserve-us", type=float, help="cluster.spin_reserve_us (default: the scenario's)")
+    ap.add_argument(
+        "--schemes-period-ms",
+        type=float,
+        help="cluster.cfs_period_ms of the schemes part (default: the scenario's)",
+    )
+    ap.add_argument(
+        "--quota-tick-us",
+        type=int,
+        help="cluster.quota_tick_us of the schemes part (default: the scenario's)",
+    )
     ap.add_argument(
         "--control-reserve-cores",
         type=float,
@@ -723,9 +734,13 @@ def main() -> None:
             measure_nas(base, kernels, a.nas_class, a.nas_ranks, a.reps, out, a.nas_period_ms)
         if "schemes" in parts:
             schemes = [s for s in a.schemes.split(",") if s]
-            measure_schemes(
-                base, schemes, a.reps, a.miss_reps, a.spin_reserve_us, out, a.control_reserve_cores
-            )
+            given = {
+                "spin_reserve_us": a.spin_reserve_us,
+                "cfs_period_ms": a.schemes_period_ms,
+                "quota_tick_us": a.quota_tick_us,
+            }
+            cluster = {k: v for k, v in given.items() if v is not None}
+            measure_schemes(base, schemes, a.reps, a.miss_reps, cluster, out, a.control_reserve_cores)
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -103,6 +103,8 @@ class RealOutcome(Outcome):
     #: CPU seconds the control plane used (the control cgroup's cpuacct), where there was one.
     control_cpu_s: float | None = None
     envelope_note: str | None = None
+    #: The quota tick's threads (emulator/mechanism/quotatick.py), where ``cluster.quota_tick_us`` is set.
+    quota_tick: str | None = None
     #: Why the nodes' host may charge a job for memory a bare-metal node would not (free page reporting:
     #: emulator/mechanism/hostmem.py), or "" where it does not.
     host_memory_note: str | None = None
@@ -129,8 +131,8 @@ class RealOutcome(Outcome):
             "nodes_down": self.nodes_down,
             "host_cores": host_cores(),
         }
-        # Present only where they apply (a joined cluster), as the summary always had them.
-        for key in ("agent_hosts", "logs_lost"):
+        # Present only where they apply (a joined cluster; a quota tick), as the summary always had them.
+        for key in ("agent_hosts", "logs_lost", "quota_tick"):
             if getattr(self, key) is not None:
                 fields[key] = getattr(self, key)
         return fields

@@ -51,6 +51,7 @@ from testbed.emulator.mechanism.priority import (
     session_group_nice,
     set_slice,
 )
+from testbed.emulator.mechanism.quotatick import QuotaTick, QuotaTickUnavailable
 from testbed.janitor import RUN_ID_ENV, cleanup_run, start_janitor
 from testbed.monitoring import prometheus as prom
 from testbed.monitoring.prometheus import write_targets
@@ -142,7 +143,7 @@ class RayBackend:
         if isinstance(exc, KeyboardInterrupt):
             out.ended = INTERRUPTED
             return
-        if isinstance(exc, RayStartError):
+        if isinstance(exc, RayStartError | QuotaTickUnavailable):
             out.error, out.exit_code = str(exc), 2
         else:
             err = root_cause(exc) if type(exc).__module__.startswith("ray") else ev.describe_error(exc)
@@ -197,8 +198,10 @@ class RayBackend:
         # linger 30-60 s. This process's own /proc environ is its start-up one: the janitor never sees it.
         marked_before = os.environ.get(RUN_ID_ENV)
         os.environ[RUN_ID_ENV] = out.run_id
+        self.quota_tick: QuotaTick | None = None
         try:
             with interruptible():  # where Ctrl-C stops the run (testbed/core/interrupts.py)
+                self._start_quota_tick()
                 self._measure_speed()
                 self._start_ray()
                 infos = self._start_agents()
@@ -216,6 +219,8 @@ class RayBackend:
                 if self.joined:
                     out.logs_lost = _collect(self.hosts, self.groups, self.run_dir)
                 _shutdown_ray()
+                if self.quota_tick is not None:
+                    self.quota_tick.stop()
                 if marked_before is None:
                     os.environ.pop(RUN_ID_ENV, None)
                 else:
@@ -266,6 +271,21 @@ class RayBackend:
         out.control_group = ctl.note + ("" if no_slice is None else f"; {no_slice}")
         out.session_priority = "in the control cgroup (autogroup not raised)"
         return None
+
+    def _start_quota_tick(self) -> None:
+        """The quota tick (mechanism/quotatick.py) where ``cluster.quota_tick_us`` asks for it: started in
+        the control cgroup, whose RT runtime lets its threads be real-time. Where it cannot start, the run
+        ends (exit 2): the scenario asked for it, and the nodes would not be what it asked."""
+        tick_us = self.scn.cluster.quota_tick_us
+        if not tick_us:
+            return
+        tick = QuotaTick(tick_us)
+        try:
+            self.outcome.quota_tick = tick.start()
+        except QuotaTickUnavailable as exc:
+            msg = f"cluster.quota_tick_us: the quota tick cannot start: {exc}; set it to 0"
+            raise QuotaTickUnavailable(msg) from None
+        self.quota_tick = tick
 
     def _leave_control_group(self) -> None:
         """Back to where this process was, so that the run's cgroups can go (and the janitor, which kills

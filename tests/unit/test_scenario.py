@@ -116,6 +116,14 @@ def test_a_joined_ray_cluster_needs_an_address_of_its_kind_and_a_fixed_tdf():
         assert "cluster.ray_address" in msg and "HOST:PORT" in msg, bad
 
 
+def test_a_quota_tick_is_for_a_cluster_the_run_starts():
+    assert load(doc={**MINI, "cluster": {"quota_tick_us": 500}}).cluster.quota_tick_us == 500
+    joined = {"ray_address": "10.0.0.5:6379", "quota_tick_us": 500}
+    msg = _err({**MINI, "cluster": joined, "clock": {"tdf": 1}})
+    assert "cluster.quota_tick_us" in msg and "set it to 0" in msg
+    assert "cluster.quota_tick_us" in _err({**MINI, "cluster": {"quota_tick_us": 5000}})
+
+
 def test_joining_a_ray_cluster_needs_token_authentication_in_the_environment(monkeypatch, tmp_path):
     from testbed import runner
     from testbed.core.backend import PreflightError
