@@ -16,8 +16,9 @@ Each configuration runs ``--reps`` times, the configurations alternated within a
 other load then falls on all alike); the figure is the median over repetitions of each one's median and
 mean. ``pinned`` puts the node's processes on one CPU, as the node agent does while any of them has a
 nice value other than 0 (docs/architecture.md, "The emulated node"); ``free`` lets them run on any CPU
-(all at nice 0, as under NLS). Latencies are printed in real ms and in emulated ms (real / TDF). The last
-line is one JSON object.
+(all at nice 0, as under NLS). ``--slice-us 100`` asks for the nodes' workers' CFS slice
+(priority.SLICE_US); ``--quota-tick-us 500`` runs the quota tick (cluster.quota_tick_us) meanwhile.
+Latencies are printed in real ms and in emulated ms (real / TDF). The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ import time
 
 from testbed.core.clock import auto_tdf
 from testbed.emulator.mechanism.envelopes import make_envelope
+from testbed.emulator.mechanism.priority import set_slice
+from testbed.emulator.mechanism.quotatick import QuotaTick
 
 PAPER003_NODES = 8  # scenarios/paper003-compare.yaml: its TDF on this host
 
@@ -58,12 +61,14 @@ def sleeper(burst_s: float) -> None:
         os.write(1, int((now - stamp) * 1e9).to_bytes(8, "little"))
 
 
-def _affinity(cpu: int | None, nice: int, env) -> callable:
+def _affinity(cpu: int | None, nice: int, env, slice_us: int) -> callable:
     def pre() -> None:
         env.join_self()
         if cpu is not None:
             os.sched_setaffinity(0, {cpu})
         os.nice(nice)
+        if slice_us:
+            set_slice(slice_us)  # as the nodes' workers ask for theirs (forkserver.py)
 
     return pre
 
@@ -77,14 +82,13 @@ def measure(tdf: float, period_us: int, others: int, nice: int, pinned: bool, a)
     try:
         env.create()
         for _ in range(others):
-            procs.append(
-                subprocess.Popen([sys.executable, __file__, "--spinner"], preexec_fn=_affinity(cpu, 0, env))
-            )
+            spin = [sys.executable, __file__, "--spinner"]
+            procs.append(subprocess.Popen(spin, preexec_fn=_affinity(cpu, 0, env, a.slice_us)))
         s = subprocess.Popen(
             [sys.executable, __file__, "--sleeper", str(a.burst_us / 1e6)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            preexec_fn=_affinity(cpu, nice, env),
+            preexec_fn=_affinity(cpu, nice, env, a.slice_us),
         )
         procs.append(s)
         return _drive(s, a)
@@ -145,6 +149,8 @@ def main() -> None:
     ap.add_argument("--gap-ms", type=float, default=20.0, help="mean real ms between wakes (0.5-1.5x)")
     ap.add_argument("--seconds", type=float, default=2.0, help="per configuration and repetition")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--slice-us", type=int, default=0, help="the processes' CFS slice (0: the kernel's)")
+    ap.add_argument("--quota-tick-us", type=int, default=0, help="run a quota tick this often (0: none)")
     a = ap.parse_args()
     tdf = a.tdf or auto_tdf(float(PAPER003_NODES))
     configs = [
@@ -157,10 +163,17 @@ def main() -> None:
         f"TDF {tdf:.2f}, period {a.period_ms:g} ms (quota {a.period_ms / tdf:.2f} ms), load {os.getloadavg()}"
     )
     runs: dict[tuple, list[list[float]]] = {c: [] for c in configs}
-    for _ in range(a.reps):
-        for c in configs:
-            o, n, pl = c
-            runs[c].append(measure(tdf, round(a.period_ms * 1000), o, n, pl == "pinned", a))
+    tick = QuotaTick(a.quota_tick_us) if a.quota_tick_us else None
+    if tick is not None:
+        print(f"  quota tick {tick.start()}")
+    try:
+        for _ in range(a.reps):
+            for c in configs:
+                o, n, pl = c
+                runs[c].append(measure(tdf, round(a.period_ms * 1000), o, n, pl == "pinned", a))
+    finally:
+        if tick is not None:
+            tick.stop()
     res = {}
     for c, r in runs.items():
         o, n, pl = c
@@ -168,7 +181,8 @@ def main() -> None:
         res[key] = summarise(r, tdf)
         e = res[key]["emulated_ms"]
         print(f"  {key:28s} emulated ms: p50 {e['p50']:.3f}  mean {e['mean']:.3f}  p90 {e['p90']:.3f}")
-    print(json.dumps({"tdf": round(tdf, 3), "period_ms": a.period_ms, "results": res}))
+    given = {"slice_us": a.slice_us, "quota_tick_us": a.quota_tick_us}
+    print(json.dumps({"tdf": round(tdf, 3), "period_ms": a.period_ms, **given, "results": res}))
 
 
 if __name__ == "__main__":
