@@ -3,16 +3,18 @@
 docs/measurements.md, "The quota is charged at the kernel's tick". The kernel charges a running task's CPU
 to its cgroup's CFS quota only at scheduling events on its CPU and at the scheduler tick (``CONFIG_HZ``
 250 here: every 4 ms). A node whose quota is 2.12 ms a 10 ms period (TDF 4.71) therefore runs on to the
-next tick before it is throttled, and then sits out the overrun too: a busy node ran 2.7 ms and waited
-10.4 ms (medians) instead of 2.1 and 7.9, and with two tasks in it, 4 ms and 16 ms. A rank woken in the
-node's off part waits it out (a node's wake-up wait was 3-6 times a uniprocessor's), and a spinner sees
-its message only then. The period does not shorten these parts, the tick does.
+next tick before it is throttled, and then sits the overrun out: a busy node ran 4.5 ms and stood 15.4
+(medians) instead of 2.1 and 7.9. A rank woken in the node's off part waits it out (a node's wake-up
+wait was 3-6 times a uniprocessor's), and a spinner sees its message only then. The period does not
+shorten these parts; the tick does.
 
 Each wake of a real-time thread on a CPU is a scheduling event there: the node task it preempts is
 charged up to that moment, and throttled if its quota is spent. A thread per CPU at priority
 :data:`FIFO_PRIORITY` (below the agents' loops, so they are never delayed) waking every 500 us made the
-busy node run 2.14 ms and wait 7.89 ms, as its quota says, and cut the wake-up wait beside one other
-process from 1.29 to 0.54 emulated ms (a uniprocessor: 0.39).
+busy node run 2.1 ms and stand 7.9, as its quota says, and cut the wake-up wait beside one other process
+from 1.39 to 0.56 emulated ms (a uniprocessor: 0.39). The cost: about 1.6 % of each CPU, and
+paper003's NAS ranks spent 13-30 % more CPU (by our reading, processes sharing a node then switch at
+every wake: their short slices have run out); hence off by default.
 
 The threads live in one process that the run's driver starts in its control cgroup (its RT runtime is
 what lets them be real-time; controlgroup.py). It exits when its parent closes its stdin (or dies), and
