@@ -203,9 +203,9 @@ class ClusterConfig(_Model):
         "often, so that the kernel charges a node's CPU to its quota at that grain instead of at its "
         "scheduler tick (4 ms at HZ 250), where a node overruns its quota and then waits the overrun out "
         "(testbed/emulator/mechanism/quotatick.py); 0 = off. It costs about 1.6 % of each CPU at 500, "
-        "and paper003's NAS ranks, sharing their nodes, spent 13-30 % more CPU (docs/measurements.md, "
-        "'The quota is charged at the kernel's tick'). Real processes on a local cluster only (not with "
-        "cluster.ray_address)",
+        "and paper003's NAS ranks, sharing their nodes, spent 13-30 % more CPU "
+        "(docs/measurements.md, 'The quota is charged at the kernel's tick'). Real processes on a local "
+        "cluster only (not with cluster.ray_address)",
     )
     spin_reserve_us: float = Field(
         200.0,
