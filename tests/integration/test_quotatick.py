@@ -51,7 +51,7 @@ def _median_run_ms(env, cpu: int) -> float:
 
 
 def _tick_threads(pid: int) -> dict[int, tuple[int, set[int]]]:
-    """Each thread of ``pid`` that is real-time: tid -> (policy, CPUs it may run on)."""
+    """Each thread of ``pid`` that is real-time: tid -> (its SCHED_FIFO priority, CPUs it may run on)."""
     out = {}
     for tid in map(int, os.listdir(f"/proc/{pid}/task")):
         if os.sched_getscheduler(tid) == os.SCHED_FIFO:
@@ -85,10 +85,9 @@ def test_a_busy_node_runs_its_quota_a_period_not_a_kernel_tick(run_id):
     env = make_envelope("cgroup-v1", run_id, 0, 1.0, tdf, period_us=period_us)
     env.create()
     tick = QuotaTick(500)
-    tick.start()
     cpu = max(os.sched_getaffinity(0))
-
     try:
+        tick.start()
         run_ms = _median_run_ms(env, cpu)
     finally:
         tick.stop()
