@@ -42,7 +42,7 @@ from testbed.apps.base import (
     SimContext,
 )
 from testbed.apps.environ import MPICH_NO_LOCAL, JobEnv, NodeEnv
-from testbed.apps.reports import COMPUTE_UNIT
+from testbed.apps.reports import COMPUTE_UNIT, MPI_CPU_UNIT
 from testbed.schedulers.inputs import cut_path
 
 if getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", "").endswith(
@@ -102,6 +102,14 @@ class ModelConfig(MessagingConfig):
         "or as cluster.host_speed_s scales it): a calibration for a host whose program runs at another "
         "speed than the host speed figure says; real processes and the job's estimate ignore it",
     )
+    mpi_cpu_scale: float = Field(
+        1.0,
+        gt=0,
+        le=100,
+        description="the simulator charges the CPU of each message and collective (the MPI mirror's and "
+        "MPI's own, measured apart: apps/mpi.py MESSAGE_CPU_S) times this: a calibration for runs whose "
+        "ranks spent another amount on them (their mpi_cpu_s reports); real processes ignore it",
+    )
 
 
 class MpiConfig(ModelConfig):
@@ -132,7 +140,7 @@ class Mpi(ProgramKind):
     #: The head (on the head node, outside every policy's view) is the job's PMI server.
     head = True
     measured_model = True
-    reports = Reports((COLLECTIVES_UNIT, COMPUTE_UNIT))
+    reports = Reports((COLLECTIVES_UNIT, COMPUTE_UNIT, MPI_CPU_UNIT))
 
     @classmethod
     def largest_message(cls, cfg: MpiConfig, size: int) -> int | None:
@@ -186,28 +194,9 @@ class Mpi(ProgramKind):
         # Every CPU figure here is this host's at the recording (the message costs too): another host's,
         # where the simulator is told its speed and the trace was stamped with its own (apps/speed.py).
         f = speed.scale(ctx.host_speed_s, cls.trace_speed(cfg, n))
-        # A calibration of the program's own compute (what its ranks report as compute_s) moves that alone:
-        # the messages' and collectives' CPU is MPI's, measured apart (MESSAGE_CPU_S).
-        fc = f * cfg.compute_scale
-        done = 0
-        for op in ranks[ctx.rank]:
-            what = op[0]
-            if what == "c":
-                yield Compute(op[1] * fc)
-            elif what == "s":
-                yield Compute(message_cpu_s(op[2]) * f)
-                yield Send((op[1],), op[2], _sim_tag(ctx.rank, op[3]))
-            elif what == "r":
-                yield Recv(1, _sim_tag(op[1], op[2]))
-                yield Compute(message_cpu_s() * f)
-            elif what == "k":
-                yield Collective(op[1], True)
-                if n > 1:
-                    yield from _barrier(ctx.rank, n, f)
-                yield Compute(collective_cpu_s(op[1], op[2]) * f)  # inside: MPI's work on the data
-                yield Collective(op[1], False)
-                done += 1
-                yield Progress(COLLECTIVES_UNIT, done)
+        # A calibration of the program's own compute (what its ranks report as compute_s) moves that alone;
+        # one of its calls' CPU (what they report as mpi_cpu_s) moves the messages' and collectives'.
+        yield from _replay(ranks[ctx.rank], ctx.rank, n, f * cfg.compute_scale, f * cfg.mpi_cpu_scale)
 
     @classmethod
     def trace(cls, cfg: MpiConfig, size: int) -> list[list]:
@@ -222,6 +211,37 @@ class Mpi(ProgramKind):
         from testbed.apps.mpi_trace import recorded_speed
 
         return recorded_speed(cfg.program, cfg.args, size)
+
+
+def _replay(ops: list[list], rank: int, n: int, fc: float, fm: float) -> Iterator[Op]:
+    """Rank ``rank`` of ``n``'s recorded ``ops`` as the simulator's operations, its compute times ``fc``
+    and the CPU of its messages and collectives (:func:`message_cpu_s`, :func:`collective_cpu_s`) times
+    ``fm``."""
+    done = 0
+    for op in ops:
+        what = op[0]
+        if what == "c":
+            yield Compute(op[1] * fc)
+        elif what == "s":
+            yield Compute(message_cpu_s(op[2]) * fm)
+            yield Send((op[1],), op[2], _sim_tag(rank, op[3]))
+        elif what == "r":
+            yield Recv(1, _sim_tag(op[1], op[2]))
+            yield Compute(message_cpu_s() * fm)
+        elif what == "k":
+            yield Collective(op[1], True)
+            if n > 1:
+                yield from _barrier(rank, n, fm)
+            yield Compute(collective_cpu_s(op[1], op[2]) * fm)  # inside: MPI's work on the data
+            yield Collective(op[1], False)
+            done += 1
+            yield Progress(COLLECTIVES_UNIT, done)
+
+
+def mpi_cpu_s(ops: list[list], rank: int, n: int) -> float:
+    """The CPU the replay charges rank ``rank`` of ``n`` for its recorded ``ops``' messages and
+    collectives, at the recording host's speed: what the rank's ``mpi_cpu_s`` report stands beside."""
+    return sum(op.cpu_s for op in _replay(ops, rank, n, 0.0, 1.0) if type(op) is Compute)
 
 
 def _barrier(rank: int, n: int, f: float = 1.0) -> Iterator[Op]:

@@ -29,3 +29,10 @@ SESSION_TIMES = (SESSION_ELAPSED, SESSION_IDEAL)
 #: what a measured model records as compute (apps/mpi_wrap.py, ComputeClock). Beside the model's, it says
 #: how fast the host did the job's own work during the run (benchmarks/fidelity.py). A time: no rate.
 COMPUTE_UNIT = "compute_s"
+#: An MPI rank's CPU inside its MPI calls but for the CPU it spun waiting for a message (the mirror's relay,
+#: MPI's own work on the data), reported once at its end with :data:`COMPUTE_UNIT`. Beside what the
+#: simulator's replay charges the same calls (apps/mpi.py, ``mpi_cpu_s``) it says what the run's messages
+#: cost the ranks (benchmarks/fidelity.py). A time: no rate.
+MPI_CPU_UNIT = "mpi_cpu_s"
+#: The units above that are CPU times reported once, not work done: no rate is made of them.
+CPU_TIME_UNITS = (COMPUTE_UNIT, MPI_CPU_UNIT)

@@ -198,6 +198,8 @@ class Comm:
         #: descheduled (stopped) peer is normal; dead peers are reported by the NIC instead.
         self.recv_timeout_s = recv_timeout_s
         self._guard = SpinGuard(spin_guard) if spin_guard is not None else None
+        #: CPU seconds this thread spent spinning for messages (:meth:`_spin`): a rank's wait, not its work.
+        self.spin_cpu_s = 0.0
         self._buf = bytearray()  # received, not yet parsed
         # recv_into a buffer kept for the whole run: recv(65536) would allocate 64 KiB per message.
         self._rbuf = bytearray(65536)
@@ -432,10 +434,18 @@ class Comm:
     def _spin(self, sock: socket.socket, until: float | None, hard: float | None = None) -> bool:
         """Polls without blocking until some bytes of the answer are buffered (False) or ``until`` passes
         (True: the caller blocks from now on). ``until`` None spins for ever (bounded by ``hard``)."""
+        if len(self._buf) >= _HSIZE:
+            return False
+        cpu0 = time.thread_time()
+        try:
+            return self._poll(sock, until, hard)
+        finally:
+            self.spin_cpu_s += time.thread_time() - cpu0
+
+    def _poll(self, sock: socket.socket, until: float | None, hard: float | None) -> bool:
+        """:meth:`_spin`'s loop."""
         buf = self._buf
         view = self._rview
-        if len(buf) >= _HSIZE:
-            return False
         now = time.monotonic
         guard = self._guard
         while True:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from testbed.apps.reports import (
-    COMPUTE_UNIT,
+    CPU_TIME_UNITS,
     DEADLINES_MISSED,
     FINISH_UNIT,
     SAMPLE_UNITS,
@@ -349,7 +349,8 @@ class Tally:
             totals = self.session[e["job"]]
             totals[unit] = max(totals.get(unit, 0.0), float(e["value"]))
             return
-        if e.get("job") in self.start and unit not in (FINISH_UNIT, COMPUTE_UNIT):  # times: no rate
+        times = unit == FINISH_UNIT or unit in CPU_TIME_UNITS  # no rate is made of a time
+        if e.get("job") in self.start and not times:
             key = (e["job"], e.get("unit", "barriers"))
             old = self.progress.get(key)
             if old is None or e["value"] > old[0]:

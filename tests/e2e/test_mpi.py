@@ -204,10 +204,17 @@ def test_each_rank_reports_its_compute_between_mpi_calls_not_its_waits(tmp_path)
         # Its Barrier lasted as long as rank 0's 0.3 s of CPU at the node's rate, and counts for none of it.
         assert 0.27 <= compute[0] - compute[waiting] <= 0.35, compute
         assert compute[waiting] < exited[waiting]["cpu_s"]  # MPI's and the mirror's CPU is not compute
+    # That CPU is reported apart (mpi_cpu_s), the spinning in a receive left out: the mirror's relay.
+    mpi = {
+        e["rank"]: e["value"] for e in _events(out) if e["kind"] == "progress" and e["unit"] == "mpi_cpu_s"
+    }
+    assert sorted(mpi) == [0, 1, 2]
+    for rank, cpu in mpi.items():
+        assert 0 < cpu and compute[rank] + cpu <= exited[rank]["cpu_s"], (rank, cpu, compute, exited[rank])
     # No rate is made of it: it is a time, not work done.
     summary = json.loads((out / "summary.json").read_text())
     assert "collectives_per_s.mpi" in summary
-    assert not [k for k in summary if k.startswith("compute_s")], summary
+    assert not [k for k in summary if k.startswith(("compute_s", "mpi_cpu_s"))], summary
     assert wait_clean(out) == ([], [])
 
 

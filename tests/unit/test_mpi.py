@@ -20,6 +20,7 @@ from testbed.apps.mpi import (
     _sim_tag,
     collective_cpu_s,
     message_cpu_s,
+    mpi_cpu_s,
 )
 from testbed.apps.mpi_pmi import PmiFailure, PmiServer, parse
 from testbed.apps.mpi_trace import trace_path
@@ -207,6 +208,18 @@ def test_the_model_replays_a_recorded_trace(tmp_path, monkeypatch):
         own = ranks[rank][0][1] * 3  # the trace's one compute, at the host's speed
         assert got[0] == Compute(pytest.approx(own / 2)) and was[0] == Compute(pytest.approx(own))
         assert got[1:] == was[1:]
+    # One of its calls' CPU (mpi_cpu_scale, from the ranks' mpi_cpu_s reports) moves every message's and
+    # collective's CPU and nothing else; mpi_cpu_s is what the replay charges for them, at scale 1.
+    dear = cfg.model_copy(update={"mpi_cpu_scale": 3.0})
+    for rank in (0, 1):
+        got, was = list(Mpi.model(dear, SimContext(rank, 3, lambda: 0.0))), ops(rank)
+        assert got[0] == was[0]  # the compute
+        assert [type(op) for op in got] == [type(op) for op in was]
+        mpi_got = [op.cpu_s for op in got[1:] if isinstance(op, Compute)]
+        mpi_was = [op.cpu_s for op in was[1:] if isinstance(op, Compute)]
+        assert mpi_got == pytest.approx([3 * c for c in mpi_was])
+        assert mpi_cpu_s(ranks[rank], rank, 2) == pytest.approx(sum(mpi_was))
+    assert mpi_cpu_s(ranks[1], 1, 2) == pytest.approx(recv + message_cpu_s(0) + recv + reduced)
 
 
 def test_a_program_path_is_relative_to_the_scenario_and_must_exist(tmp_path):
@@ -295,7 +308,8 @@ def test_the_mirror_takes_the_median_of_its_receives_off_the_link_bounded():
 
 def test_the_compute_clock_counts_cpu_between_calls_once_and_none_inside_them():
     # What a model records as a rank's compute and what a real rank reports (compute_s): CPU between
-    # calls; a call noted in two parts (Sendrecv) does not count the CPU before it twice.
+    # calls; a call noted in two parts (Sendrecv) does not count the CPU before it twice, nor its first
+    # part's as compute.
     import time
 
     from testbed.apps.mpi_wrap import ComputeClock
@@ -313,8 +327,11 @@ def test_the_compute_clock_counts_cpu_between_calls_once_and_none_inside_them():
     clock.resume()  # it returned
     burn(0.01)
     assert 0.01 <= clock.lap() < 0.02
-    assert clock.lap() < 0.001  # the same call's second part: only the instant between the two
+    burn(0.02)  # the first part of a call in two (Sendrecv's send: the mirror's relay, an ack's wait)
+    assert clock.lap() == 0.0  # its second part: that CPU is the call's, not the program's
+    clock.resume()
     assert 0.03 <= clock.total < 0.045
+    assert 0.04 <= clock.inside < 0.055  # the CPU inside the calls (mpi_cpu_s)
 
 
 def test_the_segments_mpi_init_mapped_are_unlinked_and_nothing_else(tmp_path):
