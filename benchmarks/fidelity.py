@@ -32,6 +32,11 @@
   compute moved (docs/measurements.md, "What the stream's ratio is made of, per class").
 * scheme_<name>_own_speed_turn_ratio: the same, the simulator also given the wake-up turn measured on
   real processes (``MEASURED_WAKEUP`` as ``cluster.wakeup``, off in the scenarios). Target 0.9-1.1.
+* scheme_<name>_own_cpu_ratio: the same runs against the simulator told each job class's own compute and
+  the CPU its ranks spent in their MPI calls but for spinning (their ``mpi_cpu_s`` over what the replay
+  charges the same calls, as the kind's ``mpi_cpu_scale``): all the CPU the ranks spent, so that what is
+  left is the scheduling. Target 0.9-1.1. ``scheme_<name>_mpi_cpu_scale``: those scales by class, median
+  of the runs (docs/measurements.md, "The messages' CPU, as the ranks spent it").
 * scheme_<name>_batch_speed_ratio (``--schemes`` with ``batch``, which then runs first; no target): the
   same runs against the simulator told the compute the batch runs' jobs ran at, class by class: the CPU a
   scheme's jobs spend beyond it (more under the schemes that intervene) counts here as the emulator's.
@@ -123,6 +128,7 @@ SCHEME_TARGETS = {
     **{f"scheme_{s}_ratio": "0.9-1.1" for s in SCHEMES},
     **{f"scheme_{s}_own_speed_ratio": "0.9-1.1" for s in SCHEMES},
     **{f"scheme_{s}_own_speed_turn_ratio": "0.9-1.1" for s in SCHEMES},
+    **{f"scheme_{s}_own_cpu_ratio": "0.9-1.1" for s in SCHEMES},
     "scheme_1gs_miss_points": "<= 10",
     "hybrid_vs_nls_points": "<= 10, same sign",
 }
@@ -455,6 +461,31 @@ def nas_jobs(events: list[dict]) -> dict[str, tuple[str, float]]:
     return out
 
 
+def mpi_cpu_jobs(events: list[dict]) -> dict[str, tuple[str, float]]:
+    """Each NAS job whose ranks reported their MPI calls' CPU: its job class and that CPU over what the
+    simulator's replay charges the same calls (apps/mpi.py ``mpi_cpu_s``), summed over its ranks."""
+    from testbed.apps.mpi import mpi_cpu_s
+    from testbed.apps.nas.kind import measured
+    from testbed.apps.reports import MPI_CPU_UNIT
+
+    from testbed.core import events as ev
+
+    spent: dict[str, dict[int, float]] = {}
+    for e in events:
+        if e["kind"] == ev.PROGRESS and e.get("unit") == MPI_CPU_UNIT:
+            spent.setdefault(e["job"], {})[e["rank"]] = e["value"]
+    out: dict[str, tuple[str, float]] = {}
+    for e in events:
+        if e["kind"] == ev.JOB_SUBMITTED and e["job"] in spent:
+            kernel, letter = e["job_class"].split(".")
+            ranks = measured(kernel.lower(), letter, e["size"])
+            charged = sum(mpi_cpu_s(ops, rank, len(ranks)) for rank, ops in enumerate(ranks))
+            mine = sum(spent[e["job"]].values())
+            if charged > 0 and mine > 0:  # a class with none replays as measured apart (scale 1)
+                out[e["job"]] = (e["job_class"], mine / charged)
+    return out
+
+
 def by_class(jobs: dict[str, tuple[str, float]], events: list[dict], sim_dir: Path) -> dict[str, list]:
     """The NAS ``jobs`` (:func:`nas_jobs`) by class letter (EP.A: A): each one's own compute over its
     model's and its execution time real / simulated. Only the class-A models carry a speed stamp, so a
@@ -479,16 +510,24 @@ def class_speeds(runs: list[dict[str, tuple[str, float]]]) -> dict[str, float]:
     return {c: round(statistics.median(r), 4) for c, r in ratios.items()}
 
 
-def calibrated(doc: dict, speeds: dict[str, float]) -> dict:
+def calibrated(doc: dict, speeds: dict[str, float], mpi_scales: dict[str, float] | None = None) -> dict:
     """``doc`` for the simulator with each job class's models replayed at the compute its jobs ran at
     (the nas kind's ``compute_scale``: ``speeds``, :func:`class_speeds`), and no host speed: the speed
     figure moves the stamped models alone, and by another factor than the kernels' own compute moved
-    (docs/measurements.md, "What the stream's ratio is made of, per class")."""
+    (docs/measurements.md, "What the stream's ratio is made of, per class"). ``mpi_scales`` likewise
+    for the CPU of their MPI calls (``mpi_cpu_scale``, from :func:`mpi_cpu_jobs`)."""
     gen = doc["workload"]["generator"]
-    classes = [
-        {**c, "app": {**c["app"], "compute_scale": speeds[c["name"]]}} if c["name"] in speeds else c
-        for c in gen["classes"]
-    ]
+    mpi_scales = mpi_scales or {}
+
+    def app(c: dict) -> dict:
+        a = {**c["app"]}
+        if c["name"] in speeds:
+            a["compute_scale"] = speeds[c["name"]]
+        if c["name"] in mpi_scales:
+            a["mpi_cpu_scale"] = mpi_scales[c["name"]]
+        return a
+
+    classes = [{**c, "app": app(c)} for c in gen["classes"]]
     cluster = {k: v for k, v in doc["cluster"].items() if k != "host_speed_s"}
     return {
         **doc,
@@ -554,9 +593,11 @@ class SchemeRun:
     label: str
     #: Mean response times, s: the real run's ("real"), and the simulator's told its host speed ("sim"),
     #: each job class's own compute in this run ("own_speed"), that and the measured wake-up turn
-    #: ("own_speed_turn"), the batch runs' compute ("batch_speed", added where measured).
+    #: ("own_speed_turn"), its own compute and MPI calls' CPU ("own_cpu"), the batch runs' compute
+    #: ("batch_speed", added where measured).
     means: dict[str, float]
     jobs: dict[str, tuple[str, float]]  # nas_jobs
+    mpi_scales: dict[str, float]  # each job class's MPI calls' CPU over the replay's (mpi_cpu_jobs)
     classes: dict[str, list[tuple[float, float]]]  # by_class, told the host speed
     rate_window_error: float | None
 
@@ -569,7 +610,8 @@ def scheme_run(base: Path, label: str, doc: dict) -> SchemeRun:
     r, simulated = real_and_sim(base, label, doc)
     events = r.need()
     jobs = nas_jobs(events)
-    own = calibrated(doc, class_speeds([jobs]))
+    speeds, mpi_scales = class_speeds([jobs]), class_speeds([mpi_cpu_jobs(events)])
+    own = calibrated(doc, speeds)
     turn = {**own, "cluster": {**own["cluster"], "wakeup": MEASURED_WAKEUP}}
     run = SchemeRun(
         label,
@@ -578,15 +620,20 @@ def scheme_run(base: Path, label: str, doc: dict) -> SchemeRun:
             "sim": simulated["mean_response_time_s"],
             "own_speed": sim(own, base / f"{label}-own-sim")["mean_response_time_s"],
             "own_speed_turn": sim(turn, base / f"{label}-own-turn-sim")["mean_response_time_s"],
+            "own_cpu": sim(calibrated(doc, speeds, mpi_scales), base / f"{label}-own-cpu-sim")[
+                "mean_response_time_s"
+            ],
         },
         jobs,
+        mpi_scales,
         by_class(jobs, events, base / f"{label}-sim"),
         r.summary.get("rate_window_error_max"),
     )
     m = run.means
     say(f"  {label}: real {m['real']:.3f} s, sim {m['sim']:.3f} s ({run.ratio('sim'):.3f}), at its jobs' "
         f"own compute {m['own_speed']:.3f} s ({run.ratio('own_speed'):.3f}), and with the turn "
-        f"{m['own_speed_turn']:.3f} s ({run.ratio('own_speed_turn'):.3f}); worst rate window "
+        f"{m['own_speed_turn']:.3f} s ({run.ratio('own_speed_turn'):.3f}), at its own compute and MPI "
+        f"CPU {m['own_cpu']:.3f} s ({run.ratio('own_cpu'):.3f}); worst rate window "
         f"{core.fmt(run.rate_window_error, '', 3)}")  # fmt: skip
     return run
 
@@ -595,11 +642,19 @@ def scheme_figures(scheme: str, runs: list[SchemeRun], out: dict) -> None:
     """A scheme's figures from its runs: the median of each ratio, and its jobs by class letter."""
     out[f"scheme_{scheme}_ratio"] = round(statistics.median(r.ratio("sim") for r in runs), 3)
     out[f"scheme_{scheme}_ratios"] = [round(r.ratio("sim"), 3) for r in runs]
-    for reading in ("own_speed", "own_speed_turn", "batch_speed"):
+    for reading in ("own_speed", "own_speed_turn", "own_cpu", "batch_speed"):
         if all(reading in r.means for r in runs):
             ratios = [r.ratio(reading) for r in runs]
             out[f"scheme_{scheme}_{reading}_ratio"] = round(statistics.median(ratios), 3)
             say(f"  {reading}: ratios {', '.join(f'{x:.3f}' for x in ratios)}")
+    scales: dict[str, list[float]] = {}
+    for r in runs:
+        for job_class, scale in r.mpi_scales.items():
+            scales.setdefault(job_class, []).append(scale)
+    fig = out[f"scheme_{scheme}_mpi_cpu_scale"] = {
+        c: round(statistics.median(v), 2) for c, v in sorted(scales.items())
+    }
+    say(f"  MPI calls' CPU over the replay's, by class: {fig}")
     classes: dict[str, list[tuple[float, float]]] = {}
     for r in runs:
         for letter, figs in r.classes.items():
@@ -629,7 +684,7 @@ def hybrid_vs_nls(hybrid: list[dict[str, float]], nls: list[dict[str, float]]) -
         "hybrid_vs_nls_points": round(real - simulated, 1),
         "hybrid_vs_nls_same_sign": real * simulated >= 0,
     }
-    for reading in ("own_speed", "own_speed_turn", "batch_speed"):
+    for reading in ("own_speed", "own_speed_turn", "own_cpu", "batch_speed"):
         if all(reading in m for m in hybrid + nls):
             out[f"hybrid_vs_nls_{reading}_sim_pct"] = round(gap(reading), 1)
     return out
