@@ -13,8 +13,10 @@ charged up to that moment, and throttled if its quota is spent. A thread per CPU
 :data:`FIFO_PRIORITY` (below the agents' loops, so they are never delayed) waking every 500 us made the
 busy node run 2.1 ms and stand 7.9, as its quota says, and cut the wake-up wait beside one other process
 from 1.39 to 0.56 emulated ms (a uniprocessor: 0.39). The cost: about 1.6 % of each CPU, and
-paper003's NAS ranks spent 13-30 % more CPU (by our reading, processes sharing a node then switch at
-every wake: their short slices have run out); hence off by default.
+paper003's NAS ranks spent 13-30 % more CPU: processes sharing a node take turns at every wake, whatever
+their slices, and two sharing a CPU paid 4-11 % more CPU for the same work (benchmarks/
+quota_tick_cost.py; docs/measurements.md, "What the quota tick costs, by its period"); hence off by
+default.
 
 The threads live in one process that the run's driver starts in its control cgroup (its RT runtime is
 what lets them be real-time; controlgroup.py). It exits when its parent closes its stdin (or dies), and
