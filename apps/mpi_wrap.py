@@ -42,7 +42,7 @@ import sys
 import time
 
 from testbed.apps.environ import NodeEnv
-from testbed.apps.reports import COMPUTE_UNIT, MPI_CPU_UNIT
+from testbed.apps.reports import COMPUTE_UNIT, MPI_CPU_UNIT, SPIN_CPU_UNIT
 
 #: mpi4py's MPI.ANY_SOURCE / ANY_TAG are -1 / -1 in MPICH: the same as tbcomm's ANY.
 ANY = -1
@@ -222,6 +222,7 @@ class _Mirror:
             self.tb.progress(COMPUTE_UNIT, round(self.clock.total, 6))
             # Its calls' CPU but the spins: what the replay charges as the messages' and collectives' CPU.
             self.tb.progress(MPI_CPU_UNIT, round(max(0.0, self.clock.inside - self.tb.spin_cpu_s), 6))
+            self.tb.progress(SPIN_CPU_UNIT, round(self.tb.spin_cpu_s, 6))
 
 
 def preload_mpi() -> None:

@@ -34,5 +34,8 @@ COMPUTE_UNIT = "compute_s"
 #: simulator's replay charges the same calls (apps/mpi.py, ``mpi_cpu_s``) it says what the run's messages
 #: cost the ranks (benchmarks/fidelity.py). A time: no rate.
 MPI_CPU_UNIT = "mpi_cpu_s"
+#: The CPU it spun waiting for messages inside its calls (tbcomm's spins), reported with the two above: the
+#: wait a spinning scheme asks for, which the simulator models itself. A time: no rate.
+SPIN_CPU_UNIT = "spin_cpu_s"
 #: The units above that are CPU times reported once, not work done: no rate is made of them.
-CPU_TIME_UNITS = (COMPUTE_UNIT, MPI_CPU_UNIT)
+CPU_TIME_UNITS = (COMPUTE_UNIT, MPI_CPU_UNIT, SPIN_CPU_UNIT)

@@ -208,13 +208,17 @@ def test_each_rank_reports_its_compute_between_mpi_calls_not_its_waits(tmp_path)
     mpi = {
         e["rank"]: e["value"] for e in _events(out) if e["kind"] == "progress" and e["unit"] == "mpi_cpu_s"
     }
-    assert sorted(mpi) == [0, 1, 2]
+    spun = {
+        e["rank"]: e["value"] for e in _events(out) if e["kind"] == "progress" and e["unit"] == "spin_cpu_s"
+    }
+    assert sorted(mpi) == sorted(spun) == [0, 1, 2]
     for rank, cpu in mpi.items():
-        assert 0 < cpu and compute[rank] + cpu <= exited[rank]["cpu_s"], (rank, cpu, compute, exited[rank])
+        whole = compute[rank] + cpu + spun[rank]
+        assert 0 < cpu and 0 <= spun[rank] and whole <= exited[rank]["cpu_s"], (rank, cpu, spun, exited[rank])
     # No rate is made of it: it is a time, not work done.
     summary = json.loads((out / "summary.json").read_text())
     assert "collectives_per_s.mpi" in summary
-    assert not [k for k in summary if k.startswith(("compute_s", "mpi_cpu_s"))], summary
+    assert not [k for k in summary if k.startswith(("compute_s", "mpi_cpu_s", "spin_cpu_s"))], summary
     assert wait_clean(out) == ([], [])
 
 
