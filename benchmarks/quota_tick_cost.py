@@ -27,14 +27,12 @@ import subprocess
 import sys
 import time
 
+from wakeup_latency import PAPER003_NODES, join_node  # its sibling, run as benchmarks/x.py
+
 from testbed.core.clock import auto_tdf
 from testbed.emulator.mechanism.envelopes import make_envelope
-from testbed.emulator.mechanism.priority import SLICE_US, set_slice
+from testbed.emulator.mechanism.priority import SLICE_US
 from testbed.emulator.mechanism.quotatick import QuotaTick
-
-PAPER003_NODES = 8  # scenarios/paper003-compare.yaml: its TDF on this host
-CG_A = {"na": 14000, "nonzer": 11, "shift": 20.0}  # NPB's class A (apps/nas/cg.py's table)
-ROWS, COLS = 7000, 3500  # rank 0's block on 8 ranks: a 2 x 4 grid
 
 
 def worker(seconds: float) -> None:
@@ -42,29 +40,22 @@ def worker(seconds: float) -> None:
     import numpy as np
     from testbed.apps.nas import cg
 
-    data, indices, indptr = cg.make_block(CG_A["na"], CG_A["nonzer"], CG_A["shift"], range(ROWS), range(COLS))
-    block = cg.Block(data, indices, indptr, (ROWS, COLS))
-    x = np.ones(COLS)
+    a = cg.CLASSES["A"]
+    rows, cols = a["na"] // 2, a["na"] // 4  # rank 0's block on 8 ranks: a 2 x 4 grid
+    data, indices, indptr = cg.make_block(a["na"], a["nonzer"], a["shift"], range(rows), range(cols))
+    block = cg.Block(data, indices, indptr, (rows, cols))
+    x = np.ones(cols)
     os.write(1, b"r")
     os.read(0, 1)
     cpu0, end, n = time.thread_time(), time.monotonic() + seconds, 0
     while time.monotonic() < end:
-        x = (block @ x)[:COLS] * 1e-3 + 1.0  # bounded, so every product does the same work
+        x = (block @ x)[:cols] * 1e-3 + 1.0  # bounded, so every product does the same work
         n += 1
     cpu = time.thread_time() - cpu0
     with open("/proc/self/status") as f:
         status = dict(line.split(":\t", 1) for line in f if ":\t" in line)
     switches = int(status["nonvoluntary_ctxt_switches"])
     print(json.dumps({"products": n, "cpu_s": cpu, "involuntary": switches}), flush=True)
-
-
-def _join(env, cpu: int):
-    def pre() -> None:
-        env.join_self()
-        os.sched_setaffinity(0, {cpu})
-        set_slice(SLICE_US)  # as the nodes' workers ask for theirs (forkserver.py)
-
-    return pre
 
 
 def measure(tdf: float, procs: int, seconds: float) -> list[dict]:
@@ -77,7 +68,10 @@ def measure(tdf: float, procs: int, seconds: float) -> list[dict]:
         for _ in range(procs):
             cmd = [sys.executable, __file__, "--worker", str(seconds)]
             p = subprocess.Popen(
-                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, preexec_fn=_join(env, cpu)
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                preexec_fn=join_node(cpu, 0, env, SLICE_US),
             )
             running.append(p)
         for p in running:

@@ -61,7 +61,10 @@ def sleeper(burst_s: float) -> None:
         os.write(1, int((now - stamp) * 1e9).to_bytes(8, "little"))
 
 
-def _affinity(cpu: int | None, nice: int, env, slice_us: int) -> callable:
+def join_node(cpu: int | None, nice: int, env, slice_us: int) -> callable:
+    """A ``preexec_fn`` that puts the child in the node envelope ``env``, on ``cpu`` (None: any), at
+    ``nice``, with a CFS slice of ``slice_us`` (0: the kernel's)."""
+
     def pre() -> None:
         env.join_self()
         if cpu is not None:
@@ -83,12 +86,12 @@ def measure(tdf: float, period_us: int, others: int, nice: int, pinned: bool, a)
         env.create()
         for _ in range(others):
             spin = [sys.executable, __file__, "--spinner"]
-            procs.append(subprocess.Popen(spin, preexec_fn=_affinity(cpu, 0, env, a.slice_us)))
+            procs.append(subprocess.Popen(spin, preexec_fn=join_node(cpu, 0, env, a.slice_us)))
         s = subprocess.Popen(
             [sys.executable, __file__, "--sleeper", str(a.burst_us / 1e6)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            preexec_fn=_affinity(cpu, nice, env, a.slice_us),
+            preexec_fn=join_node(cpu, nice, env, a.slice_us),
         )
         procs.append(s)
         return _drive(s, a)
